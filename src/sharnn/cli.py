@@ -1,0 +1,208 @@
+"""The ``sharnn`` command line: prepare, train, eval, generate, info.
+
+User errors (bad config, missing file, wrong checksum, incompatible checkpoint, ...)
+print one ``error:`` line and exit with status 1; usage errors exit with status 2.
+"""
+
+from __future__ import annotations
+
+import codecs
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import click
+import torch
+
+from .errors import SharnnError
+
+
+class _Group(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SharnnError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sharnn")
+def main():
+    """SHA-RNN toolkit: the Single Headed Attention RNN (Merity 2019) for byte-level
+    language modelling. Run `sharnn COMMAND --help` for each command."""
+
+
+@main.group()
+def prepare():
+    """Prepare a dataset as memory-mappable train/valid/test byte files."""
+
+
+@prepare.command("enwik8")
+@click.option("--source", default=None, help="enwik8.zip or the raw enwik8 file: a path or an http(s) URL [default: the canonical URL].")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
+def prepare_enwik8_command(source, out):
+    """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
+    from .data import ENWIK8_URL, prepare_enwik8
+
+    folder = prepare_enwik8(source or ENWIK8_URL, out)
+    click.echo(f"prepared enwik8 in {folder}")
+
+
+@prepare.command("corpus")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
+@click.option("--valid-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
+@click.option("--test-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
+def prepare_corpus_command(source, out, valid_fraction, test_fraction):
+    """Any file or folder of files (concatenated), split by position."""
+    from .data import prepare_corpus
+
+    folder = prepare_corpus(source, out, valid_fraction, test_fraction)
+    click.echo(f"prepared {source} in {folder}")
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.option("--preset", default=None, help="A bundled preset (see `sharnn info`).")
+@click.option("--config", "config_file", default=None, type=click.Path(path_type=Path), help="A YAML config file.")
+@click.option("--out", default=None, type=click.Path(path_type=Path), help="Run folder to create [default: runs/NAME-TIMESTAMP].")
+@click.option("--resume", default=None, type=click.Path(path_type=Path), help="Continue the run in this folder from its latest checkpoint.")
+@click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
+@click.argument("overrides", nargs=-1)
+def train(preset, config_file, out, resume, quiet, overrides):
+    """Train from a preset or config file, with key=value overrides
+    (e.g. `sharnn train --preset tiny epochs=2 model.d_model=128`)."""
+    from .checkpoint import read_config
+    from .config import load_config
+    from .errors import ConfigError
+    from .train import train as run_training
+
+    if resume is not None:
+        if preset or config_file or overrides or out:
+            raise ConfigError("--resume continues a run with its own config; give no preset, config, overrides or --out")
+        config = read_config(resume / "latest") if (resume / "latest").exists() else load_config(str(resume))
+        summary = run_training(config, resume, resume=True, quiet=quiet)
+    else:
+        if preset and config_file:
+            raise ConfigError("give --preset or --config, not both")
+        source = preset or (str(config_file) if config_file else None)
+        if source is None:
+            raise ConfigError("give --preset NAME or --config FILE (presets: see `sharnn info`)")
+        config = load_config(source, overrides)
+        if out is None:
+            out = Path("runs") / f"{Path(source).stem}-{datetime.now():%Y%m%d-%H%M%S}"
+        summary = run_training(config, out, quiet=quiet)
+    click.echo(
+        f"done: valid {summary['valid_bpc']:.4f} BPC (best, step {summary['best_step']}), "
+        f"test {summary['test_bpc']:.4f} BPC, {summary['steps']} steps in {summary['train_seconds']:.0f} s; "
+        f"run folder {summary['run_dir']}"
+    )
+
+
+@main.command("eval")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--split", type=click.Choice(["valid", "test"]), default="test", show_default=True)
+@click.option("--file", "file", default=None, type=click.Path(path_type=Path), help="Evaluate on this file instead of a split.")
+@click.option("--streams", default=None, type=click.IntRange(min=1), help="Parallel streams [default: 16 for valid, 8 for test and files].")
+@click.option("--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt].")
+@click.option("--device", default="auto", show_default=True)
+def eval_command(checkpoint, split, file, streams, bptt, device):
+    """Bits per byte, nats per byte and perplexity of a checkpoint (a checkpoint folder,
+    or a run folder for its best checkpoint)."""
+    from .checkpoint import load_model
+    from .data import load_corpus, read_bytes
+    from .evaluate import evaluate
+    from .train import autocast_dtype, resolve_device
+
+    dev = resolve_device(device)
+    model, config = load_model(checkpoint, dev)
+    if file is not None:
+        data, what, default_streams = read_bytes(file), str(file), config.test_streams
+    else:
+        corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
+        data, what = corpus.split(split), f"{config.data} ({split})"
+        default_streams = config.valid_streams if split == "valid" else config.test_streams
+    streams = streams or default_streams
+    result = evaluate(model, data, streams, bptt or config.bptt, autocast_dtype(config.precision, dev))
+    click.echo(f"{what}: {result.tokens:,} bytes predicted, {streams} streams, windows of {bptt or config.bptt}")
+    click.echo(f"bits per byte: {result.bits:.4f}")
+    click.echo(f"nats per byte: {result.nats:.4f}")
+    click.echo(f"perplexity:    {result.perplexity:.4f}")
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--prompt", default=None, help="Prompt text (UTF-8).")
+@click.option("--prompt-file", default=None, type=click.Path(path_type=Path), help="Read the prompt bytes from a file.")
+@click.option("--max-bytes", default=512, show_default=True, type=click.IntRange(min=0))
+@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0), help="Keep the k most likely bytes (0: all).")
+@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling mass.")
+@click.option("--seed", default=None, type=int, help="Seed for reproducible samples.")
+@click.option("--device", default="auto", show_default=True)
+def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top_p, seed, device):
+    """Sample bytes from a checkpoint, streaming them to standard output as they come.
+    Invalid UTF-8 is shown with replacement characters."""
+    from .checkpoint import load_model
+    from .data import ByteTokenizer, read_bytes
+    from .errors import ConfigError
+    from .generate import generate as sample
+    from .train import resolve_device
+
+    if prompt is not None and prompt_file is not None:
+        raise ConfigError("give --prompt or --prompt-file, not both")
+    tokenizer = ByteTokenizer()
+    if prompt_file is not None:
+        prompt_bytes = bytes(read_bytes(prompt_file))
+    else:
+        prompt_bytes = (prompt or "").encode("utf-8")
+    if not prompt_bytes:
+        prompt_bytes = b"\n"  # an empty prompt starts after a newline
+    model, _ = load_model(checkpoint, resolve_device(device))
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    out = sys.stdout
+    out.write(decoder.decode(prompt_bytes))
+    for token in sample(model, tokenizer.encode(prompt_bytes), max_bytes, temperature, top_k, top_p, seed):
+        out.write(decoder.decode(bytes([token])))
+        out.flush()
+    out.write(decoder.decode(b"", final=True) + "\n")
+
+
+@main.command()
+@click.argument("target", required=False)
+def info(target):
+    """Configuration and parameter counts of a preset, a config file or a checkpoint
+    (without TARGET: the list of presets)."""
+    from .config import load_config, preset_names, to_yaml
+    from .model import SHARNN
+
+    if target is None:
+        click.echo("presets: " + ", ".join(preset_names()))
+        return
+    if (Path(target) / "model.safetensors").exists() or (Path(target) / "latest").exists():
+        from .checkpoint import read_config
+
+        config = read_config(target)
+    else:
+        config = load_config(target)
+    with torch.device("meta"):
+        model = SHARNN(config.model)
+    click.echo(to_yaml(config).rstrip())
+    click.echo("")
+    groups: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        kind = next((k for k in ("attention", "lstm", "boom") if f".{k}." in name), None)
+        if kind is None:
+            kind = "layernorm" if ".ln_" in name else "embedding + output bias"
+        groups[kind] = groups.get(kind, 0) + p.numel()
+    for kind, count in groups.items():
+        click.echo(f"  {kind:<24} {count:>14,}")
+    total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)
+    click.echo(f"parameters: {total:,} trainable ({total / 1e6:.2f}M), {collapsed:,} collapsed ({collapsed / 1e6:.2f}M)")
+
+
+if __name__ == "__main__":
+    main()

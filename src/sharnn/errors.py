@@ -1,0 +1,29 @@
+"""Errors that mean "the user asked for something that cannot be done".
+
+The command line prints these as one line and exits non-zero; anything else is a bug
+and keeps its traceback.
+"""
+
+
+class SharnnError(Exception):
+    """Base class of all user-facing errors."""
+
+
+class ConfigError(SharnnError, ValueError):
+    """An unknown preset or key, or an invalid value in a configuration."""
+
+
+class DataError(SharnnError):
+    """A missing, corrupt, wrong-checksum or too-small data file."""
+
+
+class CheckpointError(SharnnError):
+    """A missing or corrupt checkpoint, or one that does not match its configuration."""
+
+
+class RunError(SharnnError):
+    """A run folder that cannot be used: it exists already, or has nothing to resume."""
+
+
+class TrainingDiverged(SharnnError):
+    """The training loss became NaN or infinite."""
