@@ -149,8 +149,11 @@ class State:
 
 
 def gelu(x: Tensor) -> Tensor:
-    """The sigmoid approximation of GELU used by the original, ``x * sigmoid(1.702 x)`` (§3.5)."""
-    return x * torch.sigmoid(1.702 * x)
+    """The sigmoid approximation of GELU used by the original, ``x * sigmoid(1.702 x)`` (§3.5).
+
+    Computed as ``silu(1.702 x) / 1.702``, the same function, so that forward and backward
+    each take one fused kernel instead of several elementwise passes over ``[T, B, F]``."""
+    return F.silu(1.702 * x) / 1.702
 
 
 class Boom(nn.Module):
@@ -181,6 +184,13 @@ class Attention(nn.Module):
         K = sigmoid(theta_k) * kv                       (no dropout on keys)
         V = Drop(g_v * kv),   g_v = sigmoid(f) * tanh(c),   [c ; f] = W_o sigmoid(theta_v) + b_o
         out = Drop(softmax(Q K^T / sqrt(d) + mask)) V
+
+    Because the gates are per-feature constants and keys and values are the same tensor,
+    this is computed without gating the memory at all (the same function, exactly)::
+
+        Q K^T = (Q * sigmoid(theta_k)) kv^T           the key gate folds into the query
+        Drop(P) Drop(g_v * kv) = g_v * (Drop(P) Drop(kv))   the value gate commutes with the
+                                                            (elementwise) dropout and the sum
 
     The value gate ``g_v`` depends only on parameters; :meth:`collapse` replaces its
     network by the constant it computes.
@@ -228,12 +238,10 @@ class Attention(nn.Module):
             ``[T, B, d]``.
         """
         q = self.drop(torch.sigmoid(self.gate_q) * self.ln_query(self.query(r)))
-        k = torch.sigmoid(self.gate_k) * kv
-        v = self.drop(self.value_gate_vector() * kv)
-        scores = torch.einsum("tbd,sbd->bts", q, k) * self.scale
-        scores = scores.masked_fill(~mask, float("-inf"))
-        probs = self.drop(torch.softmax(scores.float(), dim=-1).to(v.dtype))
-        return torch.einsum("bts,sbd->tbd", probs, v)
+        q = q * (torch.sigmoid(self.gate_k) * self.scale)  # key gate and 1/sqrt(d), folded
+        scores = torch.einsum("tbd,sbd->bts", q, kv).masked_fill(~mask, float("-inf"))
+        probs = self.drop(torch.softmax(scores.float(), dim=-1).to(kv.dtype))
+        return self.value_gate_vector() * torch.einsum("bts,sbd->tbd", probs, self.drop(kv))
 
 
 def causal_mask(window: int, memory: int, device: torch.device | None = None) -> Tensor:
