@@ -74,13 +74,14 @@ def make_step(model, config):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="tiny")
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides, as for sharnn train")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per repeat")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
 
-    config = load_config(args.preset)
+    config = load_config(args.preset, args.overrides)
     torch.manual_seed(0)
     corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
     batched = batchify(corpus.train, config.batch_size)

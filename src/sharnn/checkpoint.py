@@ -93,6 +93,23 @@ def read_config(path: str | Path) -> TrainConfig:
         raise CheckpointError(f"{folder / CONFIG_FILE}: {e}") from None
 
 
+def load_weights(model: SHARNN, folder: Path, device: str | torch.device = "cpu") -> None:
+    """Load ``folder/model.safetensors`` into ``model``.
+
+    Raises:
+        CheckpointError: a missing or corrupt file, or weights that do not fit the model.
+    """
+    try:
+        weights = load_file(folder / MODEL_FILE, device=str(device))
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{folder / MODEL_FILE} is missing or corrupt: {e}") from None
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        detail = " ".join(str(e).split())[:300]
+        raise CheckpointError(f"{folder} does not match its config: {detail}") from None
+
+
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[SHARNN, TrainConfig]:
     """Build the model a checkpoint describes and load its weights.
 
@@ -105,15 +122,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[SH
     folder = resolve(path)
     config = read_config(folder)
     model = SHARNN(config.model)
-    try:
-        weights = load_file(folder / MODEL_FILE)
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{folder / MODEL_FILE} is corrupt: {e}") from None
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as e:
-        detail = " ".join(str(e).split())[:300]
-        raise CheckpointError(f"{folder} does not match its config: {detail}") from None
+    load_weights(model, folder)
     return model.to(device).eval(), config
 
 

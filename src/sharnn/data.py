@@ -13,7 +13,6 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import urllib.request
 import zipfile

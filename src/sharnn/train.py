@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from tqdm import tqdm
 
 from . import checkpoint
@@ -40,7 +39,7 @@ from .data import ByteTokenizer, batchify, bptt_windows, get_batch, load_corpus
 from .errors import ConfigError, DataError, RunError, TrainingDiverged
 from .evaluate import evaluate
 from .generate import generate
-from .model import SHARNN, State
+from .model import SHARNN
 from .optim import MinTrustLAMB
 
 
@@ -101,7 +100,7 @@ class Run:
             lines = self.metrics_file.read_text().splitlines()
             self.history = [json.loads(line) for line in lines if line.strip()]
         if resume_step is not None:  # forget what a killed run logged after its checkpoint
-            self.history = [r for r in self.history if r["step"] <= resume_step]
+            self.history = [r for r in self.history if r["step"] <= resume_step and r["split"] != "test"]
             self.metrics_file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
         self.tensorboard = SummaryWriter(str(folder), purge_step=resume_step)
 
@@ -231,7 +230,7 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
         latest = run_dir / "latest"
         if not (latest / checkpoint.MODEL_FILE).is_file():
             raise RunError(f"nothing to resume: {run_dir} has no latest checkpoint")
-        model.load_state_dict(load_file(latest / checkpoint.MODEL_FILE, device=str(device)))
+        checkpoint.load_weights(model, latest, device)
         trainer, state = checkpoint.load_training_state(latest.resolve(), config.model.n_layers, device)
         optimizer.load_state_dict(trainer["optimizer"])
         scaler.load_state_dict(trainer["scaler"])
@@ -368,7 +367,7 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
                 raise RunError(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
 
     # Test with the best checkpoint.
-    model.load_state_dict(load_file(run_dir / "best" / checkpoint.MODEL_FILE, device=str(device)))
+    checkpoint.load_weights(model, run_dir / "best", device)
     test = evaluate(model, corpus.test, config.test_streams, config.bptt, amp_dtype)
     run.log({"split": "test", "step": progress.best_step, "epoch": progress.epoch, "bpc": test.bits, "nats": test.nats})
     summary = {
