@@ -244,7 +244,7 @@ def test_memory_alone_carries_information_into_the_next_window():
 
 
 @pytest.mark.parametrize("attention", ["single", "all"])
-@pytest.mark.parametrize("lengths", [[7, 13, 1, 19], [20, 20], [40], [39, 1]])
+@pytest.mark.parametrize("lengths", [[7, 13, 1, 19], [20, 20], [5] * 8, [1, 1, 38]])
 def test_one_window_equals_several_windows_within_the_span(attention, lengths):
     """With L <= span every query sees every earlier position either way."""
     model = make_model(attention=attention, attention_span=40)

@@ -16,6 +16,7 @@ import os
 import tempfile
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -127,7 +128,7 @@ def read_bytes(path: str | Path) -> np.ndarray:
         if path.stat().st_size == 0:
             return np.zeros(0, dtype=np.uint8)
         return np.memmap(path, dtype=np.uint8, mode="c")  # copy-on-write: writable view, no copy
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         raise DataError(f"cannot read {path}: {e}") from None
 
 
@@ -231,7 +232,7 @@ def _extract_enwik8(source: Path, raw: Path) -> tuple[int, str]:
                 md5.update(chunk)
                 size += len(chunk)
                 f.write(chunk)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error) as e:
         raise DataError(f"{source}: cannot read ({e}); the file is truncated or corrupted") from None
     return size, md5.hexdigest()
 
