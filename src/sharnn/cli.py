@@ -14,13 +14,16 @@ from pathlib import Path
 import click
 import torch
 
-from .errors import SharnnError
+from .errors import Interrupted, SharnnError
 
 
 class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except Interrupted as e:
+            click.echo(str(e), err=True)
+            sys.exit(130)
         except SharnnError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
@@ -126,8 +129,9 @@ def eval_command(checkpoint, split, file, streams, bptt, device):
         data, what = corpus.split(split), f"{config.data} ({split})"
         default_streams = config.valid_streams if split == "valid" else config.test_streams
     streams = streams or default_streams
-    result = evaluate(model, data, streams, bptt or config.bptt, autocast_dtype(config.precision, dev))
-    click.echo(f"{what}: {result.tokens:,} bytes predicted, {streams} streams, windows of {bptt or config.bptt}")
+    window = min(bptt or config.bptt, config.model.attention_span)
+    result = evaluate(model, data, streams, window, autocast_dtype(config.precision, dev))
+    click.echo(f"{what}: {result.tokens:,} bytes predicted, {streams} streams, windows of {window}")
     click.echo(f"bits per byte: {result.bits:.4f}")
     click.echo(f"nats per byte: {result.nats:.4f}")
     click.echo(f"perplexity:    {result.perplexity:.4f}")

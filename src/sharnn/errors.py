@@ -27,3 +27,7 @@ class RunError(SharnnError):
 
 class TrainingDiverged(SharnnError):
     """The training loss became NaN or infinite."""
+
+
+class Interrupted(SharnnError):
+    """The user stopped a run with Ctrl-C; it can be resumed."""

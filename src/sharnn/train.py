@@ -36,7 +36,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .config import TrainConfig, to_yaml
 from .data import ByteTokenizer, batchify, bptt_windows, get_batch, load_corpus
-from .errors import ConfigError, DataError, RunError, TrainingDiverged
+from .errors import ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import evaluate
 from .generate import generate
 from .model import SHARNN
@@ -98,7 +98,7 @@ class Run:
         self.history: list[dict] = []
         if self.metrics_file.exists():
             lines = self.metrics_file.read_text().splitlines()
-            self.history = [json.loads(line) for line in lines if line.strip()]
+            self.history = [r for r in map(_parse_json, lines) if r is not None]  # skips a torn last line
         if resume_step is not None:  # forget what a killed run logged after its checkpoint
             self.history = [r for r in self.history if r["step"] <= resume_step and r["split"] != "test"]
             self.metrics_file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
@@ -159,6 +159,13 @@ class Run:
         return {(self.folder / n).resolve() for n in ("latest", "best") if (self.folder / n).exists()}
 
 
+def _parse_json(line: str) -> dict | None:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None
+
+
 class _StopRequest:
     """Turns Ctrl-C (SIGINT) into a flag checked between optimizer steps, so the run stops
     at a step boundary and saves ``latest``. A second Ctrl-C interrupts at once."""
@@ -204,7 +211,7 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
 
     Raises:
         RunError: ``run_dir`` exists (without ``resume``) or has no checkpoint (with it);
-            or the run was interrupted with Ctrl-C (after saving ``latest``).
+        Interrupted: Ctrl-C stopped the run (after saving ``latest``).
         DataError: the corpus is missing or smaller than one window.
         ConfigError: an unusable device or precision.
         TrainingDiverged: the loss became NaN or infinite (the last good checkpoint stays).
@@ -239,6 +246,10 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
         if device.type == "cuda" and "cuda_rng" in trainer:
             torch.cuda.set_rng_state(trainer["cuda_rng"].cpu(), device)
         progress = Progress(**json.loads(trainer["progress"]))
+        # A crash between repointing `latest` and `best` leaves `best` behind: repair it.
+        best_folder = run_dir / "checkpoints" / f"step-{progress.best_step:08d}"
+        if best_folder.is_dir() and (run_dir / "best").resolve() != best_folder.resolve():
+            checkpoint.point(run_dir / "best", best_folder)
         run = Run(run_dir, resume_step=progress.step)
         say(f"resuming {run_dir} at step {progress.step} (epoch {progress.epoch + 1}, row {progress.row})")
     else:
@@ -285,12 +296,14 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
     log_start = time.perf_counter()
     train_start = time.perf_counter() - progress.elapsed
 
-    def check_finite() -> None:
+    def check_finite(weights: bool = False) -> None:
+        """Stop on a non-finite loss (and, before a save, non-finite weights)."""
         bad = int(first_bad_step)
+        if not bad and weights and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            bad = progress.step
         if bad:
-            raise TrainingDiverged(
-                f"loss became NaN or infinite at step {bad}; stopped (the last good checkpoint is {run_dir / 'latest'})"
-            )
+            kept = f"the last good checkpoint is {run_dir / 'latest'}" if (run_dir / "latest").exists() else "no checkpoint was written"
+            raise TrainingDiverged(f"loss or weights became NaN or infinite at step {bad}; stopped ({kept})")
 
     bar = tqdm(total=config.epochs * (rows - 1), initial=progress.epoch * (rows - 1) + progress.row,
                unit="B", unit_scale=True, disable=True if quiet else None, desc="train", dynamic_ncols=True)
@@ -347,15 +360,15 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
                     break
                 validated = config.valid_every_steps and progress.step % config.valid_every_steps == 0
                 if validated or progress.step % config.checkpoint_every_steps == 0 or stop.requested:
-                    check_finite()
+                    check_finite(weights=True)
                     best = bool(validated) and validate()
                     progress.elapsed = time.perf_counter() - train_start
                     run.save(model, config, progress, state, trainer_state(), best=best)
                 if stop.requested:
-                    raise RunError(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
+                    raise Interrupted(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
 
             # End of an epoch (or of max_steps): validate, checkpoint, move on.
-            check_finite()
+            check_finite(weights=True)
             if epoch_done:
                 progress.epoch, progress.row, state = progress.epoch + 1, 0, None
             if progress.epoch >= config.epochs or (config.max_steps and progress.step >= config.max_steps):
@@ -364,7 +377,7 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
             progress.elapsed = time.perf_counter() - train_start
             run.save(model, config, progress, state, trainer_state(), best=best)
             if stop.requested:
-                raise RunError(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
+                raise Interrupted(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
 
     # Test with the best checkpoint.
     checkpoint.load_weights(model, run_dir / "best", device)

@@ -1,0 +1,172 @@
+"""Shared helpers for tests/test_cli.py and tests/test_train.py: a tiny run configuration,
+a small corpus, running the command line (in-process with click's CliRunner, or as a
+real process), and comparing checkpoints.
+
+Everything here is sized so that one training run takes a few seconds on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from sharnn.cli import main
+
+# A tiny SHA-RNN (d 32, Boom 64, span 48) on windows of 16 bytes x 4 streams.
+SMALL = [
+    "model.d_model=32",
+    "model.boom_dim=64",
+    "model.attention_span=48",
+    "bptt=16",
+    "batch_size=4",
+    "valid_streams=4",
+    "test_streams=2",
+    "max_steps=12",
+    "log_every_steps=2",
+    "checkpoint_every_steps=4",
+    "sample_bytes=0",
+    "warmup_steps=5",
+]
+
+# Longer, with dropout on (so that the torch RNG matters) and validation mid-run:
+# for the exact-resume tests.
+RESUMABLE = SMALL + [
+    "max_steps=40",
+    "checkpoint_every_steps=4",
+    "valid_every_steps=8",
+    "model.dropouti=0.1",
+    "model.dropouth=0.1",
+    "model.dropouto=0.1",
+]
+
+# Real processes run single-threaded: tiny models are fastest that way, and a loaded
+# 2-core machine with OpenMP spinning on 2 threads is 10-20x slower.
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def write_small_corpus(path: Path, size: int = 60_000) -> Path:
+    """The first ``size`` bytes of the bundled enwik8 head, as a plain file."""
+    from sharnn.data import load_corpus
+
+    path.write_bytes(bytes(load_corpus("enwik8-head").train[:size]))
+    return path
+
+
+def cli(*args: str):
+    """Run ``sharnn ARGS`` in-process; return click's Result (stdout, stderr, exit_code)."""
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=True)
+
+
+def assert_ok(result) -> None:
+    assert result.exit_code == 0, (
+        f"exit {result.exit_code}\nstdout: {result.stdout}\nstderr: {result.stderr}\n"
+        f"exception: {result.exception!r}"
+    )
+
+
+def assert_user_error(result, *fragments: str) -> str:
+    """A user error: non-zero exit, exactly one line on stderr starting with ``error:``
+    (containing every fragment), no traceback, no unexpected exception. Returns the line."""
+    assert result.exit_code != 0, f"expected failure, got exit 0; stdout: {result.stdout}"
+    # An unexpected exception inside CliRunner is a traceback in a real process.
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"unexpected exception (would be a traceback): {result.exception!r}\nstderr: {result.stderr}"
+    )
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got {lines!r}"
+    line = lines[0]
+    assert line.startswith("error:"), line
+    for fragment in fragments:
+        assert fragment in line, f"{fragment!r} not in {line!r}"
+    return line
+
+
+def sharnn_process(*args: str, **popen_kwargs) -> subprocess.Popen:
+    """Start ``python -m sharnn.cli ARGS`` as a real process (stdout/stderr piped)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sharnn.cli", *[str(a) for a in args]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=SUBPROCESS_ENV,
+        **popen_kwargs,
+    )
+
+
+def wait_for(predicate, process: subprocess.Popen | None = None, timeout: float = 120.0) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``process`` exits first (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        if process is not None and process.poll() is not None:
+            return predicate()
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s")
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return load_file(Path(checkpoint) / "model.safetensors")
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    """Every tensor of the two checkpoints' model.safetensors is exactly equal."""
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    different = [k for k in wa if not torch.equal(wa[k], wb[k])]
+    assert not different, f"{a} and {b} differ in {different}"
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def checkpoint_step(link: Path) -> int:
+    """The step of the checkpoint a ``latest`` / ``best`` link points to."""
+    name = Path(link).resolve().name
+    assert name.startswith("step-"), name
+    return int(name[len("step-"):])
+
+
+_SHARED: dict[str, Path] = {}
+
+
+def shared_run(tmp_path_factory) -> Path:
+    """One finished run of the SMALL config (made once per session, shared read-only by
+    the tests that only read it; tests that change a run copy it first)."""
+    if "run" not in _SHARED:
+        base = tmp_path_factory.mktemp("shared-run")
+        data = write_small_corpus(base / "small.txt")
+        run_dir = base / "run"
+        with single_thread():
+            result = cli("train", "--preset", "tiny", "--out", run_dir, *SMALL, f"data={data}")
+        assert_ok(result)
+        _SHARED["run"] = run_dir
+        _SHARED["stdout"] = result.stdout
+        _SHARED["stderr"] = result.stderr
+    return _SHARED["run"]
+
+
+def shared_run_output() -> tuple[str, str]:
+    return _SHARED["stdout"], _SHARED["stderr"]
+
+
+class single_thread:
+    """Context manager: torch on one intra-op thread (restored on exit)."""
+
+    def __enter__(self):
+        self.previous = torch.get_num_threads()
+        torch.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.previous)
