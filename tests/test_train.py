@@ -42,7 +42,7 @@ from sharnn import checkpoint as checkpoint_module  # noqa: E402
 from sharnn import train as train_module  # noqa: E402
 from sharnn.checkpoint import load_model  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
-from sharnn.errors import Interrupted, RunError, TrainingDiverged  # noqa: E402
+from sharnn.errors import Interrupted, TrainingDiverged  # noqa: E402
 from sharnn.train import learning_rate, train  # noqa: E402
 
 
