@@ -68,7 +68,7 @@ def prepare_corpus_command(source, out, valid_fraction, test_fraction):
     click.echo(f"prepared {source} in {folder}")
 
 
-@main.command(context_settings={"ignore_unknown_options": False})
+@main.command()
 @click.option("--preset", default=None, help="A bundled preset (see `sharnn info`).")
 @click.option("--config", "config_file", default=None, type=click.Path(path_type=Path), help="A YAML config file.")
 @click.option("--out", default=None, type=click.Path(path_type=Path), help="Run folder to create [default: runs/NAME-TIMESTAMP].")
