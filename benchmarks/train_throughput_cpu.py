@@ -7,7 +7,7 @@ over the memory, no gates and no dropout. Both are timed in the same process,
 interleaved, on the same windows of the bundled enwik8 bytes; the table gives the
 median tokens/s over repeats and the ratio sharnn / bare.
 
-    python benchmarks/train_throughput_cpu.py --preset tiny --json results.json
+    python benchmarks/train_throughput_cpu.py                # tiny; JSON in benchmarks/results/
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -75,10 +76,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides, as for sharnn train")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per repeat")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat")
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/train_throughput_cpu_PRESET.json]")
     args = parser.parse_args()
 
     config = load_config(args.preset, args.overrides)
@@ -112,15 +113,16 @@ def main():
     for name in candidates:
         print(f"{name:<8} {params[name]:>10,} {median[name]:>16,.0f} {min(rates[name]):>10,.0f} {max(rates[name]):>10,.0f}")
     print(f"ratio sharnn / bare (medians): {ratio:.3f}")
-    if args.json:
-        result = {
-            "preset": args.preset, "batch_size": config.batch_size, "bptt": T, "steps": args.steps,
-            "repeats": args.repeats, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "machine": platform.machine(), "processor": platform.processor(),
-            "tokens_per_s": rates, "median_tokens_per_s": median, "ratio": ratio, "parameters": params,
-        }
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    result = {
+        "preset": args.preset, "overrides": args.overrides, "batch_size": config.batch_size, "bptt": T,
+        "steps": args.steps, "repeats": args.repeats, "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "machine": platform.machine(), "processor": platform.processor(),
+        "tokens_per_s": rates, "median_tokens_per_s": median, "ratio": ratio, "parameters": params,
+    }
+    path = Path(args.json) if args.json else Path(__file__).parent / "results" / f"train_throughput_cpu_{args.preset}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -430,3 +430,17 @@ def test_tiny_preset_learns_enwik8(tmp_path):
     assert summary["valid_bpc"] == min(valid)
     assert summary["test_bpc"] < 4.5
     assert math.isfinite(summary["test_bpc"])
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path):
+    """precision=bf16 runs the model under autocast (CPU here) and still learns finitely."""
+    config = load_config(
+        "tiny",
+        ["data=enwik8-head", "precision=bf16", "model.d_model=32", "model.boom_dim=64", "model.attention_span=48",
+         "bptt=16", "batch_size=4", "max_steps=30", "warmup_steps=5", "valid_every_steps=15",
+         "checkpoint_every_steps=100", "sample_bytes=0", "valid_fraction=0.01", "test_fraction=0.01"],
+    )
+    summary = train(config, tmp_path / "bf16", quiet=True)
+    valid = [r["bpc"] for r in metrics(tmp_path / "bf16") if r["split"] == "valid"]
+    assert all(math.isfinite(v) for v in valid) and valid[-1] < valid[0]
+    assert math.isfinite(summary["test_bpc"]) and summary["test_bpc"] < 8.0
