@@ -9,7 +9,6 @@ those predictions (the original divided by one row too many, a 3e-6 relative bia
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -67,16 +66,13 @@ def evaluate(
     if rows < 2:
         raise DataError(f"split of {len(data):,} bytes is too small for {streams} evaluation streams")
     device = next(model.parameters()).device
-    autocast = (
-        torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else contextlib.nullcontext()
-    )
     was_training = model.training
     model.eval()
     total = torch.zeros((), dtype=torch.float64, device=device)
     state = None
     for row, length in bptt_windows(rows, min(bptt, model.config.attention_span), rng=None):
         inputs, targets = (t.to(device) for t in get_batch(batched, row, length))
-        with autocast:
+        with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
             logits, state = model(inputs, state)
         total += F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum").double()
     model.train(was_training)

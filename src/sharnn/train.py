@@ -18,7 +18,6 @@ stream position, LSTM state and memory are all restored.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import shutil
@@ -39,7 +38,7 @@ from .data import ByteTokenizer, batchify, bptt_windows, get_batch, load_corpus
 from .errors import ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import evaluate
 from .generate import generate
-from .model import SHARNN
+from .model import SHARNN, State
 from .optim import MinTrustLAMB
 
 
@@ -305,11 +304,18 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
             kept = f"the last good checkpoint is {run_dir / 'latest'}" if (run_dir / "latest").exists() else "no checkpoint was written"
             raise TrainingDiverged(f"loss or weights became NaN or infinite at step {bad}; stopped ({kept})")
 
+    def save(best: bool) -> None:
+        progress.elapsed = time.perf_counter() - train_start
+        run.save(model, config, progress, state, trainer_state(), best=best)
+
+    def interrupted() -> Interrupted:
+        return Interrupted(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
+
     bar = tqdm(total=config.epochs * (rows - 1), initial=progress.epoch * (rows - 1) + progress.row,
                unit="B", unit_scale=True, disable=True if quiet else None, desc="train", dynamic_ncols=True)
     with _StopRequest() as stop, bar:
         while not progress.finished:
-            if progress.epoch >= config.epochs or (config.max_steps and progress.step >= config.max_steps):
+            if _out_of_budget(config, progress):
                 progress.finished = True
                 break
             epoch_done = True
@@ -319,26 +325,17 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 inputs, targets = (t.to(device, non_blocking=True) for t in get_batch(batched, row, length))
-                with torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext():
-                    logits, state = model(inputs, state)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip if config.clip > 0 else math.inf)
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                state = state.detach()
+                loss, grad_norm, state = train_step(model, optimizer, scaler, inputs, targets, state, config.clip, amp_dtype)
 
-                finite = torch.isfinite(loss.detach())
+                finite = torch.isfinite(loss)
                 first_bad_step.copy_(torch.where((first_bad_step == 0) & ~finite, progress.step, first_bad_step))
-                loss_sum += loss.detach()
+                loss_sum += loss
                 log_steps += 1
                 log_tokens += length * config.batch_size
                 progress.row = row + length
                 bar.update(length)
                 last_window = progress.row >= rows - 1
-                out_of_steps = bool(config.max_steps) and progress.step >= config.max_steps
+                out_of_steps = _out_of_budget(config, progress)
 
                 if progress.step % config.log_every_steps == 0:
                     check_finite()
@@ -361,23 +358,18 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
                 validated = config.valid_every_steps and progress.step % config.valid_every_steps == 0
                 if validated or progress.step % config.checkpoint_every_steps == 0 or stop.requested:
                     check_finite(weights=True)
-                    best = bool(validated) and validate()
-                    progress.elapsed = time.perf_counter() - train_start
-                    run.save(model, config, progress, state, trainer_state(), best=best)
+                    save(best=bool(validated) and validate())
                 if stop.requested:
-                    raise Interrupted(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
+                    raise interrupted()
 
             # End of an epoch (or of max_steps): validate, checkpoint, move on.
             check_finite(weights=True)
             if epoch_done:
                 progress.epoch, progress.row, state = progress.epoch + 1, 0, None
-            if progress.epoch >= config.epochs or (config.max_steps and progress.step >= config.max_steps):
-                progress.finished = True
-            best = validate()
-            progress.elapsed = time.perf_counter() - train_start
-            run.save(model, config, progress, state, trainer_state(), best=best)
+            progress.finished = _out_of_budget(config, progress)
+            save(best=validate())
             if stop.requested:
-                raise Interrupted(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
+                raise interrupted()
 
     # Test with the best checkpoint.
     checkpoint.load_weights(model, run_dir / "best", device)
@@ -402,6 +394,46 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
     if config.sample_bytes and not quiet:
         _print_sample(model, corpus.test, config)
     return summary
+
+
+def train_step(
+    model: SHARNN,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    state: State | None,
+    clip: float,
+    amp_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, State]:
+    """One step of truncated BPTT (reference §5.1): forward a window from the carried
+    state, mean cross-entropy, backward, global grad-norm clip (``clip`` 0: none), optimizer
+    step; the returned state is detached for the next window.
+
+    Args:
+        inputs, targets: ``[T, B]`` int64 token ids; targets are the inputs shifted by one.
+        state: the previous window's detached state, or None to start cold.
+        amp_dtype: autocast dtype, or None for fp32.
+
+    Returns:
+        ``(loss, grad_norm, state)``: the loss in nats per token and the gradient norm
+        before clipping, as 0-dim tensors left on the device (no host synchronisation).
+    """
+    with torch.autocast(inputs.device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+        logits, state = model(inputs, state)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else math.inf)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach(), grad_norm, state.detach()
+
+
+def _out_of_budget(config: TrainConfig, progress: Progress) -> bool:
+    """All epochs done, or ``max_steps`` reached."""
+    return progress.epoch >= config.epochs or (config.max_steps > 0 and progress.step >= config.max_steps)
 
 
 def _check_sizes(config: TrainConfig, corpus) -> None:
