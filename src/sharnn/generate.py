@@ -81,8 +81,9 @@ def generate(
     prompt = prompt.to(device)
     for start in range(0, prompt.numel(), window):
         logits, state = model(prompt[start : start + window].view(-1, 1), state)
-    for _ in range(max_new_tokens):
+    for i in range(max_new_tokens):
         probs = filter_logits(logits[-1, 0].cpu(), temperature, top_k, top_p)
         token = int(torch.multinomial(probs, 1, generator=generator))
         yield token
-        logits, state = model(torch.tensor([[token]], device=device), state)
+        if i + 1 < max_new_tokens:
+            logits, state = model(torch.tensor([[token]], device=device), state)
