@@ -110,7 +110,7 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
     else:
         raise DataError(
             f"corpus not found: {spec!r} (give a file, a folder, a prepared corpus folder, "
-            f"or one of: {', '.join(BUNDLED_CORPORA)})"
+            f"or one of: {', '.join(BUNDLED_CORPORA)}; for enwik8 run: sharnn prepare enwik8 --out {spec})"
         )
     if len(data) == 0:
         raise DataError(f"corpus {spec} is empty")
