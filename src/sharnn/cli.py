@@ -186,12 +186,7 @@ def info(target):
     if target is None:
         click.echo("presets: " + ", ".join(preset_names()))
         return
-    if (Path(target) / "model.safetensors").exists() or (Path(target) / "latest").exists():
-        from .checkpoint import read_config
-
-        config = read_config(target)
-    else:
-        config = load_config(target)
+    config = load_config(target)  # a preset, a YAML file, or a run/checkpoint folder's config.yaml
     with torch.device("meta"):
         model = SHARNN(config.model)
     click.echo(to_yaml(config).rstrip())
