@@ -114,6 +114,22 @@ def wait_for(predicate, process: subprocess.Popen | None = None, timeout: float 
     raise AssertionError(f"timed out after {timeout} s")
 
 
+def signal_when(process: subprocess.Popen, predicate, sig: int, timeout: float = 120.0) -> tuple[str, str]:
+    """Wait until ``predicate`` holds, send ``sig`` to ``process`` (unless it has already
+    exited), and return its ``(stdout, stderr)``; the process is never left running."""
+    try:
+        assert wait_for(predicate, process), process.communicate()
+        try:
+            os.kill(process.pid, sig)
+        except ProcessLookupError:  # finished already
+            pass
+        return process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     return load_file(Path(checkpoint) / "model.safetensors")
 

@@ -31,7 +31,6 @@ from helpers import (  # noqa: E402
     sharnn_process,
     shared_run,
     shared_run_output,
-    single_thread,
     write_small_corpus,
 )
 
@@ -40,12 +39,6 @@ from sharnn.config import from_yaml, load_config, preset_names  # noqa: E402
 from sharnn.data import ByteTokenizer, read_bytes  # noqa: E402
 from sharnn.evaluate import evaluate  # noqa: E402
 from sharnn.generate import generate  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with single_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import signal
@@ -32,8 +31,8 @@ from helpers import (  # noqa: E402
     cli,
     metrics,
     sharnn_process,
+    signal_when,
     single_thread,
-    wait_for,
     weights,
     write_small_corpus,
 )
@@ -44,12 +43,6 @@ from sharnn.checkpoint import load_model  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
 from sharnn.errors import Interrupted, TrainingDiverged  # noqa: E402
 from sharnn.train import learning_rate, train  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with single_thread():
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -159,17 +152,7 @@ def test_resume_after_kill_9_ends_with_exactly_the_same_weights(tmp_path, corpus
     def past_first_validations() -> bool:  # after the step-8 validation: best set, memory full
         return (run_dir / "latest").exists() and checkpoint_step(run_dir / "latest") >= 12
 
-    try:
-        assert wait_for(past_first_validations, process), process.communicate()
-        try:
-            os.kill(process.pid, signal.SIGKILL)
-        except ProcessLookupError:  # finished already: resuming must still work
-            pass
-        _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    _, stderr = signal_when(process, past_first_validations, signal.SIGKILL)  # finished already: resume must still work
     assert process.returncode in (-signal.SIGKILL, 0), stderr
     assert "Traceback" not in stderr
 
@@ -182,17 +165,7 @@ def test_resume_after_kill_9_ends_with_exactly_the_same_weights(tmp_path, corpus
 def test_ctrl_c_saves_latest_prints_one_line_and_resumes_exactly(tmp_path, corpus_file, reference_run):
     run_dir = tmp_path / "interrupted"
     process = sharnn_process("train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}")
-    try:
-        assert wait_for(lambda: (run_dir / "latest").exists(), process), process.communicate()
-        try:
-            os.kill(process.pid, signal.SIGINT)
-        except ProcessLookupError:
-            pass
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    stdout, stderr = signal_when(process, lambda: (run_dir / "latest").exists(), signal.SIGINT)
     assert "Traceback" not in stderr, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     if process.returncode != 0:
