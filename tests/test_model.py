@@ -347,8 +347,11 @@ def test_causal_mask_is_bottom_right_aligned():
 # ----------------------------------------------------------------------------- equations
 
 
+@pytest.mark.parametrize("fast", [False, True], ids=["reference", "sdpa"])
 @pytest.mark.parametrize("M", [0, 6])
-def test_attention_matches_literal_equations(M):
+def test_attention_matches_literal_equations(M, fast):
+    """Both paths fold the key gate into the query and apply the value gate after the sum;
+    the literal text gates keys and values. Same function, in float32."""
     model = make_model(attention="single")
     attn = attention_block(model).attention
     torch.manual_seed(3)
@@ -356,7 +359,7 @@ def test_attention_matches_literal_equations(M):
     r, kv = torch.randn(T, B, d), torch.randn(M + T, B, d)
     allowed = bottom_right_mask(T, M)
     with torch.no_grad():
-        out = attn(r, kv, allowed)
+        out = attn(r, kv, fast=fast)
         ref = copy.deepcopy(attn).double()
         expected = literal_attention(ref, r.double(), kv.double(), allowed)
     assert_same(out.double(), expected, atol=1e-6)

@@ -21,6 +21,7 @@ One window through the model (§3.1-3.2)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Union
@@ -28,7 +29,9 @@ from typing import Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor
+from torch.nn.attention.bias import causal_lower_right
 
 
 @dataclass
@@ -239,22 +242,31 @@ class Attention(nn.Module):
         del self.gate_v, self.value_gate_net
         self.value_gate = nn.Parameter(gate)
 
-    def forward(self, r: Tensor, kv: Tensor, mask: Tensor) -> Tensor:
-        """Attend from the window to memory plus window.
+    def forward(self, r: Tensor, kv: Tensor, fast: bool = False) -> Tensor:
+        """Attend from the window to memory plus window, bottom-right causal (§3.6): query
+        ``t`` sees every memory position and window positions ``<= t``.
 
         Args:
             r: query input ``[T, B, d]``.
             kv: keys = values, ``[S, B, d]`` with ``S = M + T`` (memory, then the window).
-            mask: ``[T, S]`` bool, True where a query may attend.
+            fast: compute the weighted sum with :func:`sdpa_attention` (fused kernels on
+                CUDA, in ``kv``'s dtype) instead of explicit scores and softmax (the reference).
 
         Returns:
             ``[T, B, d]``.
         """
         q = self.drop(torch.sigmoid(self.gate_q) * self.ln_query(self.query(r)))
         q = q * (torch.sigmoid(self.gate_k) * self.scale)  # key gate and 1/sqrt(d), folded
-        scores = torch.einsum("tbd,sbd->bts", q, kv).masked_fill(~mask, float("-inf"))
-        probs = self.drop(torch.softmax(scores.float(), dim=-1).to(kv.dtype))
-        return self.value_gate_vector() * torch.einsum("bts,sbd->tbd", probs, self.drop(kv))
+        values = self.drop(kv)  # the value gate is applied after the weighted sum
+        if fast:
+            out = sdpa_attention(q.to(kv.dtype), kv, values, self.drop.p if self.training else 0.0)
+        else:
+            T, S = q.shape[0], kv.shape[0]
+            scores = torch.einsum("tbd,sbd->bts", q, kv)
+            scores = scores.masked_fill(~causal_mask(T, S - T, device=kv.device), float("-inf"))
+            probs = self.drop(torch.softmax(scores.float(), dim=-1).to(kv.dtype))
+            out = torch.einsum("bts,sbd->tbd", probs, values)
+        return self.value_gate_vector() * out
 
 
 def causal_mask(window: int, memory: int, device: torch.device | None = None) -> Tensor:
@@ -263,12 +275,34 @@ def causal_mask(window: int, memory: int, device: torch.device | None = None) ->
     return torch.ones(window, memory + window, dtype=torch.bool, device=device).tril(diagonal=memory)
 
 
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0) -> Tensor:
+    """``Drop(softmax(q k^T + mask)) v`` through ``F.scaled_dot_product_attention``, one head,
+    with the bottom-right causal mask of :func:`causal_mask` and no further scaling (the
+    caller has folded 1/sqrt(d) into ``q``).
+
+    Args:
+        q: ``[T, B, d]``; k, v: ``[S, B, d]``, ``S >= T``, all of one dtype. ``k`` and ``v``
+            may be the same tensor; nothing is copied to change their layout.
+        dropout_p: dropout on the attention probabilities.
+
+    Returns:
+        ``[T, B, d]`` in the inputs' dtype.
+    """
+    T, S = q.shape[0], k.shape[0]
+    mask = causal_lower_right(T, S) if T > 1 else None  # one query sees everything
+    heads = [x.permute(1, 0, 2).unsqueeze(1) for x in (q, k, v)]  # [L, B, d] -> [B, 1, L, d], views
+    out = F.scaled_dot_product_attention(*heads, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
+    return out.squeeze(1).permute(1, 0, 2)
+
+
 class Block(nn.Module):
     """One SHA-RNN block (§3.2), exactly::
 
         u = Drop(LSTM(LN_start(x)))                                  # no residual
         y = LN_mid(u) + Drop(Attn(LN_mid(u), [mem ; LN_mem(u)]))     # attention blocks only
         z = LN_ff(y) + Drop(Boom(LN_xff(y)))
+
+    How it runs is set by :meth:`SHARNN.set_execution` (``fast``, ``compile``, ``recompute``).
     """
 
     def __init__(self, config: SHARNNConfig, has_attention: bool):
@@ -287,30 +321,62 @@ class Block(nn.Module):
         self.ln_xff = nn.LayerNorm(d, eps=eps)
         self.boom = Boom(d, config.boom_dim, config.dropouth)
         self.drop = nn.Dropout(config.dropouth)
+        self.fast = self.compile = self.recompute = False
 
     def forward(
         self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None, memory: Tensor | None
     ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None]:
         """Args: ``x [T, B, d]``, the LSTM's ``(h, c)`` (each ``[1, B, d]``, or None for
         zeros), the memory ``[M, B, d]`` or None. Returns ``(z [T, B, d], (h, c), memory)``,
-        where the new memory is the detached ``[min(M', span), B, d]`` keys/values of this
-        window (None in blocks without attention)."""
+        where the new memory is the detached ``[min(M + T, span), B, d]`` keys/values of this
+        window (None in blocks without attention): bf16 on the fast path, else the dtype
+        ``LN_mem`` computes in."""
         u, lstm_state = self.lstm(self.ln_start(x), lstm_state)
-        u = self.drop(u)
         if self.attention is None:
-            y, new_memory = u, None
+            y, new_memory = self.drop(u), None
         else:
-            r, s = self.ln_mid(u), self.ln_mem(u)
-            T = x.shape[0]
-            if memory is not None and self.span > T:
-                kv = torch.cat([memory[-(self.span - T):], s])  # total span includes the window
-            else:
-                kv = s
-            mask = causal_mask(T, kv.shape[0] - T, device=x.device)
-            y = r + self.drop(self.attention(r, kv, mask))
-            new_memory = kv.detach()
-        z = self.ln_ff(y) + self.drop(self.boom(self.ln_xff(y)))
+            y, new_memory = self._sublayer(Block.attend, u, memory)
+        z = self._sublayer(self._compiled(Block.feed_forward), y)
         return z, lstm_state, new_memory
+
+    def attend(self, u: Tensor, memory: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The attention sub-layer: ``(y, keys/values)`` from the LSTM output ``u [T, B, d]``.
+        The memory is cut to its last ``span - T`` positions (the span counts the window)."""
+        T = u.shape[0]
+        r, s = self._compiled(Block.attention_inputs)(self, u)
+        if memory is not None and self.span > T:
+            kv = torch.cat([memory[-(self.span - T):].to(s.dtype), s])
+        else:
+            kv = s
+        y = r + self.drop(self.attention(r, kv, fast=self.fast))
+        return y, kv.detach()
+
+    def attention_inputs(self, u: Tensor) -> tuple[Tensor, Tensor]:
+        """``(LN_mid(u), LN_mem(u))`` after the LSTM's dropout; on the fast path the second,
+        which becomes memory, is stored in bf16."""
+        u = self.drop(u)
+        s = self.ln_mem(u)
+        return self.ln_mid(u), s.to(torch.bfloat16) if self.fast else s
+
+    def feed_forward(self, y: Tensor) -> Tensor:
+        """``LN_ff(y) + Drop(Boom(LN_xff(y)))``, ``[T, B, d] -> [T, B, d]``."""
+        return self.ln_ff(y) + self.drop(self.boom(self.ln_xff(y)))
+
+    def _compiled(self, method):
+        return _compile(method) if self.compile else method
+
+    def _sublayer(self, method, *args):
+        """Run a sub-layer; with ``recompute`` (and gradients on), keep only its inputs and
+        recompute its activations in the backward pass."""
+        if self.recompute and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(method, self, *args, use_reentrant=False)
+        return method(self, *args)
+
+
+@functools.cache
+def _compile(function):
+    """One ``torch.compile`` per function, shared by every block (modules are arguments)."""
+    return torch.compile(function, dynamic=True)
 
 
 class SHARNN(nn.Module):
@@ -385,6 +451,28 @@ class SHARNN(nn.Module):
             memories.append(memory)
         logits = F.linear(self.drop_output(x), self.embedding.weight, self.output_bias)
         return logits, State(lstm=lstm_states, memory=memories)
+
+    def set_execution(self, fast: bool = False, compile: bool = False, recompute: bool = False) -> SHARNN:
+        """Choose how the model runs; what it computes does not change (up to rounding).
+
+        Args:
+            fast: the fast path: attention through :func:`sdpa_attention` (fused
+                kernels on CUDA) and the memory stored in bf16. Off, the reference path:
+                explicit scores and softmax, memory in the dtype ``LN_mem`` computes in.
+            compile: ``torch.compile`` each block's LayerNorm/Boom sub-layer and the
+                attention's input LayerNorms; the LSTMs (cuDNN on CUDA) and the attention
+                kernel stay outside the compiled graphs. The first windows of each shape
+                pay the compilation.
+            recompute: activation checkpointing of the attention and Boom sub-layers: their
+                activations are recomputed in the backward pass instead of stored, for
+                long spans or large batches (about one extra forward of those sub-layers).
+
+        Returns:
+            The model, for chaining.
+        """
+        for block in self.blocks:
+            block.fast, block.compile, block.recompute = fast, compile, recompute
+        return self
 
     def collapse(self) -> SHARNN:
         """Fold every value-gate network into its constant (§3.4), in place. Outputs are
