@@ -112,16 +112,18 @@ def train(preset, config_file, out, resume, quiet, overrides):
 @click.option("--streams", default=None, type=click.IntRange(min=1), help="Parallel streams [default: 16 for valid, 8 for test and files].")
 @click.option("--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt].")
 @click.option("--device", default="auto", show_default=True)
-def eval_command(checkpoint, split, file, streams, bptt, device):
+@click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
+def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     """Bits per byte, nats per byte and perplexity of a checkpoint (a checkpoint folder,
     or a run folder for its best checkpoint)."""
     from .checkpoint import load_model
     from .data import load_corpus, read_bytes
     from .evaluate import evaluate
-    from .train import autocast_dtype, resolve_device
+    from .train import autocast_dtype, resolve_device, use_fast_path
 
     dev = resolve_device(device)
     model, config = load_model(checkpoint, dev)
+    model.set_execution(fast=use_fast_path(fast_path, dev))
     if file is not None:
         data, what, default_streams = read_bytes(file), str(file), config.test_streams
     else:
@@ -147,14 +149,15 @@ def eval_command(checkpoint, split, file, streams, bptt, device):
 @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling mass.")
 @click.option("--seed", default=None, type=int, help="Seed for reproducible samples.")
 @click.option("--device", default="auto", show_default=True)
-def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top_p, seed, device):
+@click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
+def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top_p, seed, device, fast_path):
     """Sample bytes from a checkpoint, streaming them to standard output as they come.
     Invalid UTF-8 is shown with replacement characters."""
     from .checkpoint import load_model
     from .data import ByteTokenizer, read_bytes
     from .errors import ConfigError
     from .generate import generate as sample
-    from .train import resolve_device
+    from .train import autocast_dtype, resolve_device, use_fast_path
 
     if prompt is not None and prompt_file is not None:
         raise ConfigError("give --prompt or --prompt-file, not both")
@@ -165,11 +168,15 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
         prompt_bytes = (prompt or "").encode("utf-8")
     if not prompt_bytes:
         prompt_bytes = b"\n"  # an empty prompt starts after a newline
-    model, _ = load_model(checkpoint, resolve_device(device))
+    dev = resolve_device(device)
+    model, config = load_model(checkpoint, dev)
+    model.set_execution(fast=use_fast_path(fast_path, dev))
+    amp_dtype = autocast_dtype(config.precision, dev)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     out = sys.stdout
     out.write(decoder.decode(prompt_bytes))
-    for token in sample(model, tokenizer.encode(prompt_bytes), max_bytes, temperature, top_k, top_p, seed):
+    steps = sample(model, tokenizer.encode(prompt_bytes), max_bytes, temperature, top_k, top_p, seed, autocast_dtype=amp_dtype)
+    for token in steps:
         out.write(decoder.decode(bytes([token])))
         out.flush()
     out.write(decoder.decode(b"", final=True) + "\n")

@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .model import SHARNNConfig
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+FAST_PATH = ("auto", "on", "off")
 
 
 @dataclass
@@ -43,6 +44,11 @@ class TrainConfig:
         generated at the end (0: none).
     Runtime: ``precision`` auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
         (CUDA only, with a GradScaler); ``device`` auto | cpu | cuda | cuda:N; ``seed``.
+        ``fast_path`` auto (on with CUDA) | on | off: SDPA attention and bf16 memory
+        (:meth:`sharnn.model.SHARNN.set_execution`); off is the eager reference path.
+        ``compile``: with the fast path, ``torch.compile`` the LayerNorm/Boom sub-layers.
+        ``recompute``: recompute attention and Boom activations in the backward pass
+        (less activation memory, about a quarter more compute).
     """
 
     model: SHARNNConfig = field(default_factory=SHARNNConfig)
@@ -70,6 +76,9 @@ class TrainConfig:
     sample_bytes: int = 256
     precision: str = "auto"
     device: str = "auto"
+    fast_path: str = "auto"
+    compile: bool = True
+    recompute: bool = False
     seed: int = 5512
 
     def validate(self) -> None:
@@ -97,6 +106,8 @@ class TrainConfig:
             raise ConfigError(f"bptt ({self.bptt}) must not exceed model.attention_span ({self.model.attention_span})")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.fast_path not in FAST_PATH:
+            raise ConfigError(f"fast_path must be one of {', '.join(FAST_PATH)}, got {self.fast_path!r}")
 
 
 def preset_names() -> list[str]:

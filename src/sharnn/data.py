@@ -267,10 +267,15 @@ def batchify(data: np.ndarray, streams: int) -> Tensor:
     return flat.view(streams, rows).t()
 
 
-def get_batch(batched: Tensor, row: int, length: int) -> tuple[Tensor, Tensor]:
+def get_batch(batched: Tensor, row: int, length: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """Inputs ``[T, B]`` = rows ``row .. row+T-1`` and targets ``[T, B]`` = rows
-    ``row+1 .. row+T``, as int64."""
-    return batched[row : row + length].long(), batched[row + 1 : row + 1 + length].long()
+    ``row+1 .. row+T``, as int64 on ``device``. To CUDA, the ``[T + 1, B]`` bytes go through
+    pinned memory and are copied asynchronously: the host never waits for the GPU here."""
+    window = batched[row : row + length + 1]
+    if torch.device(device).type == "cuda":
+        window = window.pin_memory().to(device, non_blocking=True)
+    window = window.to(device).long()
+    return window[:-1], window[1:]
 
 
 def jittered_bptt(bptt: int, rng: np.random.Generator) -> int:

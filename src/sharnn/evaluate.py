@@ -71,7 +71,7 @@ def evaluate(
     total = torch.zeros((), dtype=torch.float64, device=device)
     state = None
     for row, length in bptt_windows(rows, min(bptt, model.config.attention_span), rng=None):
-        inputs, targets = (t.to(device) for t in get_batch(batched, row, length))
+        inputs, targets = get_batch(batched, row, length, device)
         with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
             logits, state = model(inputs, state)
         total += F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum").double()

@@ -1,4 +1,4 @@
-"""Sampling bytes from a trained model, streaming (SPEC §5).
+"""Sampling bytes from a trained model, streaming (SPEC §5), one stream or many at once.
 
 The prompt is fed once, in windows, carrying the LSTM state and memory; then every
 sampled byte is fed alone with the carried state. Nothing is re-encoded per byte.
@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .model import SHARNN
 
 
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """Next-token probabilities ``[V]`` from logits ``[V]``.
+    """Next-token probabilities ``[..., V]`` (float32) from logits ``[..., V]``, row by row.
 
     ``temperature`` 0 puts all mass on the argmax; ``top_k`` > 0 keeps the k most likely
     tokens; ``top_p`` < 1 keeps the smallest set whose probability reaches ``top_p``
@@ -28,24 +29,74 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
         raise ValueError("temperature and top_k must be >= 0 and top_p in (0, 1]")
     logits = logits.float()
     if temperature == 0:
-        probs = torch.zeros_like(logits)
-        probs[logits.argmax()] = 1.0
-        return probs
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     logits = logits / temperature
-    if 0 < top_k < logits.numel():
-        kth = torch.topk(logits, top_k).values[-1]
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     if top_p < 1:
-        sorted_probs, order = probs.sort(descending=True)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
         # drop a token when the mass before it already reaches top_p
-        drop = sorted_probs.cumsum(0) - sorted_probs >= top_p
-        probs[order[drop]] = 0.0
-        probs = probs / probs.sum()
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        probs = probs.masked_fill(drop.scatter(-1, order, drop), 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
     return probs
 
 
 @torch.no_grad()
+def sample(
+    model: SHARNN,
+    prompts: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    window: int = 1024,
+    autocast_dtype: torch.dtype | None = None,
+) -> Iterator[Tensor]:
+    """Sample ``B`` streams at once; yield each step's tokens ``[B]`` (int64, on the model's
+    device) as soon as they are drawn. Sampling happens on the device: nothing here waits
+    for the GPU unless the caller reads the tokens.
+
+    Args:
+        model: a trained model (put in eval mode); its execution settings are kept.
+        prompts: int64 token ids ``[N, B]``, ``N >= 1``: one prompt per stream, all of one length.
+        max_new_tokens: how many tokens to sample per stream.
+        temperature, top_k, top_p: see :func:`filter_logits`.
+        seed: seed of the sampling generator (None: nondeterministic).
+        window: longest chunk in which the prompts are fed (capped at the attention span).
+        autocast_dtype: run the model under autocast with this dtype (None: no autocast).
+
+    Raises:
+        ValueError: empty prompts or invalid sampling settings.
+    """
+    if prompts.dim() != 2 or prompts.numel() == 0:
+        raise ValueError("prompts must be a non-empty [N, B] tensor of token ids")
+    filter_logits(torch.zeros(2), temperature, top_k, top_p)  # validate settings before any work
+    model.eval()
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed) if seed is not None else generator.seed()
+    window = min(window, model.config.attention_span)
+    prompts = prompts.to(device)
+
+    def step(tokens: Tensor, state):
+        with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+            return model(tokens, state)
+
+    state = None
+    for start in range(0, prompts.shape[0], window):
+        logits, state = step(prompts[start : start + window], state)
+    for i in range(max_new_tokens):
+        probs = filter_logits(logits[-1], temperature, top_k, top_p)  # [B, V]
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        yield tokens
+        if i + 1 < max_new_tokens:
+            logits, state = step(tokens.view(1, -1), state)
+
+
 def generate(
     model: SHARNN,
     prompt: Tensor,
@@ -55,35 +106,18 @@ def generate(
     top_p: float = 1.0,
     seed: int | None = None,
     window: int = 1024,
+    autocast_dtype: torch.dtype | None = None,
 ) -> Iterator[int]:
-    """Yield sampled token ids one at a time, as they are produced.
+    """One stream: yield sampled token ids one at a time, as they are produced.
 
     Args:
-        model: a trained model (put in eval mode).
-        prompt: int64 token ids ``[N]``, ``N >= 1``.
-        max_new_tokens: how many tokens to sample.
-        temperature, top_k, top_p: see :func:`filter_logits`.
-        seed: seed of the sampling generator (None: nondeterministic).
-        window: longest chunk in which the prompt is fed (capped at the attention span).
+        prompt: int64 token ids ``[N]``, ``N >= 1``. The rest as :func:`sample`.
 
     Raises:
         ValueError: an empty prompt or invalid sampling settings.
     """
     if prompt.numel() == 0:
         raise ValueError("the prompt must hold at least one token")
-    filter_logits(torch.zeros(2), temperature, top_k, top_p)  # validate settings before any work
-    model.eval()
-    device = next(model.parameters()).device
-    generator = torch.Generator(device="cpu")
-    generator.manual_seed(seed) if seed is not None else generator.seed()
-    window = min(window, model.config.attention_span)
-    state = None
-    prompt = prompt.to(device)
-    for start in range(0, prompt.numel(), window):
-        logits, state = model(prompt[start : start + window].view(-1, 1), state)
-    for i in range(max_new_tokens):
-        probs = filter_logits(logits[-1, 0].cpu(), temperature, top_k, top_p)
-        token = int(torch.multinomial(probs, 1, generator=generator))
-        yield token
-        if i + 1 < max_new_tokens:
-            logits, state = model(torch.tensor([[token]], device=device), state)
+    steps = sample(model, prompt.view(-1, 1), max_new_tokens, temperature, top_k, top_p, seed, window, autocast_dtype)
+    for tokens in steps:
+        yield int(tokens)

@@ -64,6 +64,11 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def use_fast_path(setting: str, device: torch.device) -> bool:
+    """``fast_path`` auto -> on with CUDA, off elsewhere (the eager reference path)."""
+    return device.type == "cuda" if setting == "auto" else setting == "on"
+
+
 def learning_rate(config: TrainConfig, step: int, epoch: int) -> float:
     """Linear warmup over ``warmup_steps`` (step counts from 1), then constant, halved once
     for every entry of ``lr_halve_epochs`` that is <= the 1-based ``epoch + 1``."""
@@ -224,6 +229,8 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
 
     torch.manual_seed(config.seed)
     model = SHARNN(config.model).to(device)
+    fast = use_fast_path(config.fast_path, device)
+    model.set_execution(fast=fast, compile=fast and config.compile, recompute=config.recompute)
     optimizer = MinTrustLAMB(
         model.parameters(), lr=config.lr, betas=tuple(config.betas), eps=config.eps,
         weight_decay=config.weight_decay, min_trust=config.min_trust,
@@ -261,7 +268,8 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
     n_params = model.num_parameters()
     n_collapsed = model.num_parameters(collapsed=True)
     if not resume:
-        say(f"model: {n_params / 1e6:.2f}M parameters ({n_collapsed / 1e6:.2f}M collapsed), device {device}")
+        path = ("fast path" + (", compiled" if config.compile else "")) if fast else "eager reference path"
+        say(f"model: {n_params / 1e6:.2f}M parameters ({n_collapsed / 1e6:.2f}M collapsed), device {device}, {path}")
 
     def trainer_state() -> dict:
         trainer = {
@@ -324,7 +332,7 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
                 lr = learning_rate(config, progress.step, progress.epoch)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                inputs, targets = (t.to(device, non_blocking=True) for t in get_batch(batched, row, length))
+                inputs, targets = get_batch(batched, row, length, device)
                 loss, grad_norm, state = train_step(model, optimizer, scaler, inputs, targets, state, config.clip, amp_dtype)
 
                 finite = torch.isfinite(loss)
@@ -452,7 +460,9 @@ def _check_sizes(config: TrainConfig, corpus) -> None:
 def _print_sample(model: SHARNN, test_bytes: np.ndarray, config: TrainConfig) -> None:
     tokenizer = ByteTokenizer()
     prompt = tokenizer.encode(bytes(test_bytes[:256]))
-    sample = list(generate(model, prompt, config.sample_bytes, temperature=0.8, seed=config.seed))
+    device = next(model.parameters()).device
+    sample = list(generate(model, prompt, config.sample_bytes, temperature=0.8, seed=config.seed,
+                           autocast_dtype=autocast_dtype(config.precision, device)))
     print("\n--- sample (prompt: the first 256 bytes of the test split) ---", file=sys.stderr)
     print(tokenizer.decode(prompt.tolist() + sample))
     print("---", file=sys.stderr)
