@@ -37,7 +37,8 @@ class TrainConfig:
         is the global gradient-norm clip (0 disables).
     Schedule: ``warmup_steps`` linear warmup, then constant; the lr halves at the start of
         each (1-based) epoch in ``lr_halve_epochs``; ``epochs`` passes over train, or stop
-        after ``max_steps`` optimizer steps when that is > 0.
+        after ``max_steps`` optimizer steps or ``max_seconds`` of training (wall clock,
+        validation included) when those are > 0; the run then validates, saves and tests.
     Evaluation and logging: validation after every epoch and, when > 0, every
         ``valid_every_steps``; ``checkpoint_every_steps`` writes ``latest``;
         ``log_every_steps`` sets the metrics and progress-bar period; ``sample_bytes``
@@ -70,6 +71,7 @@ class TrainConfig:
     warmup_steps: int = 800
     lr_halve_epochs: list[int] = field(default_factory=lambda: [24])
     max_steps: int = 0
+    max_seconds: float = 0.0
     valid_every_steps: int = 0
     checkpoint_every_steps: int = 500
     log_every_steps: int = 10
@@ -91,7 +93,7 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        non_negative = ("eps", "weight_decay", "min_trust", "clip", "warmup_steps", "max_steps", "valid_every_steps", "sample_bytes")
+        non_negative = ("eps", "weight_decay", "min_trust", "clip", "warmup_steps", "max_steps", "max_seconds", "valid_every_steps", "sample_bytes")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -288,7 +288,8 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
         improved = result.bits < progress.best_valid
         if improved:
             progress.best_valid, progress.best_step = result.bits, progress.step
-        run.log({"split": "valid", "step": progress.step, "epoch": progress.epoch, "bpc": result.bits, "nats": result.nats})
+        record = {"split": "valid", "step": progress.step, "epoch": progress.epoch, "seconds": round(progress.elapsed, 2)}
+        run.log(record | {"bpc": result.bits, "nats": result.nats})
         run.plot()
         say(f"step {progress.step} epoch {progress.epoch + 1}: valid {result.bits:.4f} BPC" + (" (best)" if improved else ""))
         return improved
@@ -341,6 +342,7 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
                 log_steps += 1
                 log_tokens += length * config.batch_size
                 progress.row = row + length
+                progress.elapsed = time.perf_counter() - train_start
                 bar.update(length)
                 last_window = progress.row >= rows - 1
                 out_of_steps = _out_of_budget(config, progress)
@@ -350,7 +352,7 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet:
                     now = time.perf_counter()
                     bpc = float(loss_sum) / log_steps / math.log(2)
                     record = {
-                        "split": "train", "step": progress.step, "epoch": progress.epoch, "bpc": bpc,
+                        "split": "train", "step": progress.step, "epoch": progress.epoch, "seconds": round(progress.elapsed, 2), "bpc": bpc,
                         "lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": log_tokens / (now - log_start),
                     }
                     trust = {f"trust_ratio/{param_names[p]}": float(r) for p, r in optimizer.trust_ratios.items()}
@@ -440,8 +442,12 @@ def train_step(
 
 
 def _out_of_budget(config: TrainConfig, progress: Progress) -> bool:
-    """All epochs done, or ``max_steps`` reached."""
-    return progress.epoch >= config.epochs or (config.max_steps > 0 and progress.step >= config.max_steps)
+    """All epochs done, ``max_steps`` reached, or ``max_seconds`` of training spent."""
+    return (
+        progress.epoch >= config.epochs
+        or (config.max_steps > 0 and progress.step >= config.max_steps)
+        or (config.max_seconds > 0 and progress.elapsed >= config.max_seconds)
+    )
 
 
 def _check_sizes(config: TrainConfig, corpus) -> None:
