@@ -108,6 +108,8 @@ class TrainConfig:
             raise ConfigError(f"bptt ({self.bptt}) must not exceed model.attention_span ({self.model.attention_span})")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        # YAML reads on/off/yes/no/true/false as booleans, which arrive here as "True"/"False"
+        self.fast_path = {"true": "on", "false": "off"}.get(str(self.fast_path).lower(), self.fast_path)
         if self.fast_path not in FAST_PATH:
             raise ConfigError(f"fast_path must be one of {', '.join(FAST_PATH)}, got {self.fast_path!r}")
 

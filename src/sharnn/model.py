@@ -264,7 +264,8 @@ class Attention(nn.Module):
             T, S = q.shape[0], kv.shape[0]
             scores = torch.einsum("tbd,sbd->bts", q, kv)
             scores = scores.masked_fill(~causal_mask(T, S - T, device=kv.device), float("-inf"))
-            probs = self.drop(torch.softmax(scores.float(), dim=-1).to(kv.dtype))
+            softmax_dtype = torch.promote_types(scores.dtype, torch.float32)  # fp32 at least
+            probs = self.drop(torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(kv.dtype))
             out = torch.einsum("bts,sbd->tbd", probs, values)
         return self.value_gate_vector() * out
 
@@ -322,6 +323,7 @@ class Block(nn.Module):
         self.boom = Boom(d, config.boom_dim, config.dropouth)
         self.drop = nn.Dropout(config.dropouth)
         self.fast = self.compile = self.recompute = False
+        self.memory_dtype: torch.dtype | None = None
 
     def forward(
         self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None, memory: Tensor | None
@@ -352,11 +354,11 @@ class Block(nn.Module):
         return y, kv.detach()
 
     def attention_inputs(self, u: Tensor) -> tuple[Tensor, Tensor]:
-        """``(LN_mid(u), LN_mem(u))`` after the LSTM's dropout; on the fast path the second,
-        which becomes memory, is stored in bf16."""
+        """``(LN_mid(u), LN_mem(u))`` after the LSTM's dropout; the second, which becomes
+        memory, in ``memory_dtype`` when that is set (bf16 on the fast path)."""
         u = self.drop(u)
         s = self.ln_mem(u)
-        return self.ln_mid(u), s.to(torch.bfloat16) if self.fast else s
+        return self.ln_mid(u), s if self.memory_dtype is None else s.to(self.memory_dtype)
 
     def feed_forward(self, y: Tensor) -> Tensor:
         """``LN_ff(y) + Drop(Boom(LN_xff(y)))``, ``[T, B, d] -> [T, B, d]``."""
@@ -452,12 +454,18 @@ class SHARNN(nn.Module):
         logits = F.linear(self.drop_output(x), self.embedding.weight, self.output_bias)
         return logits, State(lstm=lstm_states, memory=memories)
 
-    def set_execution(self, fast: bool = False, compile: bool = False, recompute: bool = False) -> SHARNN:
+    def set_execution(
+        self,
+        fast: bool = False,
+        compile: bool = False,
+        recompute: bool = False,
+        memory_dtype: torch.dtype | None = torch.bfloat16,
+    ) -> SHARNN:
         """Choose how the model runs; what it computes does not change (up to rounding).
 
         Args:
             fast: the fast path: attention through :func:`sdpa_attention` (fused
-                kernels on CUDA) and the memory stored in bf16. Off, the reference path:
+                kernels on CUDA) and the memory stored in ``memory_dtype``. Off, the reference path:
                 explicit scores and softmax, memory in the dtype ``LN_mem`` computes in.
             compile: ``torch.compile`` each block's LayerNorm/Boom sub-layer and the
                 attention's input LayerNorms; the LSTMs (cuDNN on CUDA) and the attention
@@ -466,12 +474,16 @@ class SHARNN(nn.Module):
             recompute: activation checkpointing of the attention and Boom sub-layers: their
                 activations are recomputed in the backward pass instead of stored, for
                 long spans or large batches (about one extra forward of those sub-layers).
+            memory_dtype: the dtype the fast path stores the memory in (None: as computed,
+                float32 under autocast). bf16 halves the memory's size and is what the
+                attention kernel reads under bf16 autocast anyway.
 
         Returns:
             The model, for chaining.
         """
         for block in self.blocks:
             block.fast, block.compile, block.recompute = fast, compile, recompute
+            block.memory_dtype = memory_dtype if fast else None
         return self
 
     def collapse(self) -> SHARNN:
