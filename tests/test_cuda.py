@@ -80,6 +80,15 @@ def test_fast_path_matches_the_fp32_reference_on_cuda(compile):
     assert rel_error(fast_grads, ref_grads) < 3e-2
 
 
+def test_the_lstm_runs_in_bf16_under_bf16_autocast_not_fp16():
+    block = small_model().blocks[0]
+    seen = []
+    block.lstm.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        u, (h, c) = block.recurrence(torch.randn(16, 2, 256, device=CUDA), None)
+    assert seen == [torch.bfloat16] and h.dtype == torch.float32
+
+
 def test_training_step_never_waits_for_the_gpu():
     """No .item(), no synchronising copy: CUDA's sync debug mode raises on any."""
     model = small_model().set_execution(fast=True)

@@ -254,6 +254,25 @@ def test_reference_path_under_bf16_autocast_matches_fp32():
     assert max(rel_error(b, r) for b, r in zip(bf16_logits, ref_logits)) < 5e-2
 
 
+def test_under_autocast_the_lstm_runs_in_the_autocast_dtype_and_keeps_its_state_in_fp32():
+    """(CUDA's autocast alone would run cuDNN's LSTM in fp16.) The block runs it in bf16,
+    gradients reach the fp32 weights, and (h, c) stay fp32 so any path can read them."""
+    block = make_model().blocks[0]
+    x = torch.randn(9, 2, 32)
+    seen = []
+    hook = block.lstm.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        u, (h, c) = block.recurrence(x, None)
+        u2, _ = block.recurrence(x, (h, c))
+    hook.remove()
+    assert seen == [torch.bfloat16, torch.bfloat16] and u.dtype == torch.bfloat16
+    assert h.dtype == c.dtype == torch.float32
+    reference, (h_ref, _) = block.lstm(x)
+    assert rel_error(u, reference) < 2e-2 and rel_error(h, h_ref) < 2e-2
+    u2.float().sum().backward()
+    assert block.lstm.weight_hh_l0.grad.dtype == torch.float32 and block.lstm.weight_hh_l0.grad.norm() > 0
+
+
 def test_compiled_fast_path_matches_the_uncompiled_one():
     """torch.compile of the LayerNorm/Boom sub-layers (inductor, CPU here): the same
     losses and gradients over windows of changing length, and the same eval logits."""

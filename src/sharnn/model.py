@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -333,13 +334,35 @@ class Block(nn.Module):
         where the new memory is the detached ``[min(M + T, span), B, d]`` keys/values of this
         window (None in blocks without attention): bf16 on the fast path, else the dtype
         ``LN_mem`` computes in."""
-        u, lstm_state = self.lstm(self.ln_start(x), lstm_state)
+        u, lstm_state = self.recurrence(self.ln_start(x), lstm_state)
         if self.attention is None:
             y, new_memory = self.drop(u), None
         else:
             y, new_memory = self._sublayer(Block.attend, u, memory)
         z = self._sublayer(self._compiled(Block.feed_forward), y)
         return z, lstm_state, new_memory
+
+    def recurrence(self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """``u, (h, c) = LSTM(x, (h, c))``, ``[T, B, d]``; cuDNN's on CUDA.
+
+        Under autocast the LSTM runs in the autocast dtype. (PyTorch's autocast would run
+        cuDNN's LSTM in fp16 whatever the autocast dtype, and fp16 gradients underflow
+        without loss scaling; bf16 has fp32's range.) ``(h, c)`` come back in the
+        parameters' dtype, so a state reads the same on every path.
+        """
+        device = x.device.type
+        if not torch.is_autocast_enabled(device):
+            return self.lstm(x, lstm_state)
+        dtype = torch.get_autocast_dtype(device)
+        weights = {name: w.to(dtype) for name, w in self.lstm.named_parameters()}
+        if lstm_state is not None:
+            lstm_state = tuple(t.to(dtype) for t in lstm_state)
+        with torch.autocast(device, enabled=False), warnings.catch_warnings():
+            # the cast weights are not cuDNN's flat buffer: it packs them itself, once per call
+            warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+            u, (h, c) = torch.func.functional_call(self.lstm, weights, (x.to(dtype), lstm_state))
+        param_dtype = self.lstm.weight_hh_l0.dtype
+        return u, (h.to(param_dtype), c.to(param_dtype))
 
     def attend(self, u: Tensor, memory: Tensor | None) -> tuple[Tensor, Tensor]:
         """The attention sub-layer: ``(y, keys/values)`` from the LSTM output ``u [T, B, d]``.
