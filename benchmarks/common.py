@@ -5,10 +5,13 @@ with the package installed or ``PYTHONPATH=src``.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import platform
+import re
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -143,3 +146,16 @@ def measure_or_oom(measure: Callable[[], dict], device: torch.device) -> dict:
         result = {"status": "OOM"}
     release_memory(device)  # after the except block, so the traceback's frames are gone
     return result
+
+
+_OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")
+
+
+def parse_args_with_overrides(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """``parser.parse_args`` with the ``key=value`` config overrides taken out first and
+    returned as ``args.overrides``, so that they may follow a list option
+    (``--paths fast eager model.d_model=32``); the parser declares ``overrides`` for --help."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args([a for a in argv if not _OVERRIDE.match(a)])
+    args.overrides = [a for a in argv if _OVERRIDE.match(a)]
+    return args

@@ -1,0 +1,205 @@
+"""Training throughput (tokens/s) and peak GPU memory of the SHA-RNN, per preset, batch
+size and execution path, next to the floor: the bare LSTM stack alone.
+
+Every row is one real training step repeated (``sharnn.train.train_step``: forward under
+autocast, cross-entropy, backward, gradient clip, Min-Trust LAMB), on windows of
+``T = bptt`` seeded random bytes (no jitter, no corpus), the LSTM state and attention
+memory carried between windows. Paths (``--paths``):
+
+    fast            fast path (SDPA attention, bf16 memory) + torch.compile, bf16 autocast
+    fast-nocompile  the same without torch.compile
+    fast-recompute  fast, with activation recompute of the attention and Boom sub-layers
+    eager           the reference path, fp32, no autocast
+
+The floor is the model's ``n_layers`` LSTMs and nothing else (no embedding, attention,
+Boom, LayerNorm, loss or optimizer), run as the model runs them (``Block.recurrence``:
+cuDNN, bf16 under autocast): forward + backward over ``[T, B, d]``, the input requiring
+grad as in the model, the state carried between windows. ``model/floor`` = ms/step of the row / ms/step of the floor (same preset
+and batch); ``vs eager`` = eager ms/step / the row's ms/step.
+
+Each configuration first runs enough windows to fill the attention memory and to compile
+(``common.warmup_windows``), then ``--repeats`` times ``--steps`` timed steps; the table
+gives medians, the JSON every repeat. A configuration that runs out of GPU memory is
+recorded as OOM and the run goes on. The issue's targets are judged at the end (only for
+rows that were measured, and only without overrides, which change the presets).
+
+    PYTHONPATH=src python benchmarks/train_throughput.py --device cuda      # all three presets
+    # or one preset per command (each compiles its fast rows; JSON per preset set):
+    PYTHONPATH=src python benchmarks/train_throughput.py --device cuda --presets enwik8-paper
+    PYTHONPATH=src python benchmarks/train_throughput.py --device cuda --presets enwik8-paper-4head
+    PYTHONPATH=src python benchmarks/train_throughput.py --device cuda --presets enwik8-paper-noattn
+    PYTHONPATH=src python benchmarks/train_throughput.py --device cuda --presets enwik8-paper \
+        --batch-sizes 64 --paths fast fast-recompute fast-nocompile
+    python benchmarks/train_throughput.py --device cpu --presets tiny --batch-sizes 2 --steps 1 \
+        --repeats 1 --paths fast-nocompile eager model.d_model=32 model.boom_dim=64 bptt=16 model.attention_span=48
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import torch.nn as nn
+
+from common import (
+    PATHS, environment, measure_or_oom, median, parse_args_with_overrides, peak_memory_gib, print_table,
+    random_windows, reset_peak_memory, time_repeats, warmup_windows, write_json,
+)
+from sharnn import SHARNN, MinTrustLAMB, load_config
+from sharnn.errors import ConfigError
+from sharnn.train import resolve_device, train_step
+
+DEFAULT_PRESETS = ["enwik8-paper", "enwik8-paper-4head", "enwik8-paper-noattn"]
+FLOOR_WARMUP = 3
+DATA_WINDOWS = 4  # distinct random windows, cycled
+
+
+def measure_model(config, batch: int, path: str, device: torch.device, steps: int, repeats: int) -> dict:
+    """Seconds of each repeat of ``steps`` training steps of the SHA-RNN on ``path``."""
+    reset_peak_memory(device)
+    execution, amp_dtype = PATHS[path]
+    torch.manual_seed(config.seed)
+    model = SHARNN(config.model).to(device).train().set_execution(**execution)
+    optimizer = MinTrustLAMB(model.parameters(), lr=config.lr, betas=tuple(config.betas), eps=config.eps,
+                             weight_decay=config.weight_decay, min_trust=config.min_trust)
+    scaler = torch.amp.GradScaler(device.type, enabled=False)
+    windows = random_windows(config.bptt, batch, DATA_WINDOWS, device)
+    state, done, loss = None, 0, None
+
+    def run(n: int) -> None:
+        nonlocal state, done, loss
+        for _ in range(n):
+            inputs, targets = windows[done % DATA_WINDOWS]
+            loss, _, state = train_step(model, optimizer, scaler, inputs, targets, state, config.clip, amp_dtype)
+            done += 1
+
+    run(warmup_windows(config))
+    seconds = time_repeats(lambda: run(steps), device, repeats)
+    return {"seconds": seconds, "peak_gib": peak_memory_gib(device), "last_loss": float(loss)}
+
+
+def measure_floor(config, batch: int, device: torch.device, steps: int, repeats: int) -> dict:
+    """Seconds of each repeat of ``steps`` forward + backward passes of the bare LSTM stack:
+    the model's own ``Block.recurrence`` (cuDNN's LSTM, run in bf16 under autocast) and
+    nothing else."""
+    reset_peak_memory(device)
+    d, T = config.model.d_model, config.bptt
+    torch.manual_seed(config.seed)
+    blocks = SHARNN(config.model).to(device).blocks
+    x = torch.randn(T, batch, d, device=device, requires_grad=True)  # [T, B, d]
+    state = [None] * len(blocks)
+    lstm_dtype = None
+
+    def run(n: int) -> None:
+        nonlocal state, lstm_dtype
+        for _ in range(n):
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                h, new_state = x, []
+                for block, s in zip(blocks, state):
+                    h, s = block.recurrence(h, s)
+                    new_state.append(s)
+            lstm_dtype = h.dtype
+            h.float().sum().backward()
+            for p in blocks.parameters():
+                p.grad = None
+            x.grad = None
+            state = [(h_.detach(), c_.detach()) for h_, c_ in new_state]
+
+    run(FLOOR_WARMUP)
+    seconds = time_repeats(lambda: run(steps), device, repeats)
+    return {"seconds": seconds, "peak_gib": peak_memory_gib(device), "lstm_dtype": str(lstm_dtype)}
+
+
+def summarise(group: list[dict], tokens_per_step: int, steps: int) -> list[dict]:
+    """Add ms/step, tokens/s, model/floor and speedup over eager to the rows of one
+    preset and batch (the floor first)."""
+    for row in group:
+        if row["status"] == "ok":
+            step_s = median(row["seconds"]) / steps
+            row["ms_per_step"], row["tokens_per_s"] = 1000 * step_s, tokens_per_step / step_s
+    ms = {row["path"]: row.get("ms_per_step") for row in group}
+    for row in group:
+        if row["path"] != "floor" and row.get("ms_per_step"):
+            if ms["floor"]:
+                row["floor_ratio"] = row["ms_per_step"] / ms["floor"]
+            if row["path"] != "eager" and ms.get("eager"):
+                row["speedup_vs_eager"] = ms["eager"] / row["ms_per_step"]
+    return group
+
+
+def judge(name: str, value: float | None, target: float, higher_is_better: bool, unit: str) -> dict:
+    passed = None if value is None else (value >= target if higher_is_better else value <= target)
+    return {"target": name, "measured": value, "unit": unit, "pass": passed}
+
+
+def judge_targets(rows: list[dict]) -> list[dict]:
+    """The issue's targets, for the rows that exist."""
+    row = {(r["preset"], r["batch"], r["path"]): r for r in rows}
+    targets = []
+    if r := row.get(("enwik8-paper", 16, "fast")):
+        targets.append(judge("enwik8-paper batch 16 fast >= 150,000 tokens/s", r.get("tokens_per_s"), 150_000, True, "tokens/s"))
+        targets.append(judge("enwik8-paper batch 16 fast model/floor <= 1.5", r.get("floor_ratio"), 1.5, False, "x"))
+    if r := row.get(("enwik8-paper", 64, "fast")):
+        targets.append(judge("enwik8-paper batch 64 fast >= 400,000 tokens/s", r.get("tokens_per_s"), 400_000, True, "tokens/s"))
+    for (preset, batch, path), r in row.items():
+        if path == "fast" and (preset, batch, "eager") in row:
+            targets.append(judge(f"{preset} batch {batch} fast >= 4x eager", r.get("speedup_vs_eager"), 4.0, True, "x"))
+    return targets
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--presets", nargs="+", default=DEFAULT_PRESETS)
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[8, 16, 64])
+    parser.add_argument("--paths", nargs="+", default=["fast", "eager"], choices=list(PATHS))
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/train_throughput_PRESETS.json]")
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides applied to every preset")
+    args = parse_args_with_overrides(parser)
+    try:
+        device = resolve_device(args.device)
+        configs = {preset: load_config(preset, args.overrides) for preset in args.presets}
+    except ConfigError as e:
+        parser.error(str(e))
+
+    rows = []
+    for preset, config in configs.items():
+        for batch in args.batch_sizes:
+            group = []
+            for path in ["floor", *args.paths]:
+                print(f"measuring {preset} batch {batch} {path}", file=sys.stderr, flush=True)
+                if path == "floor":
+                    measure = lambda: measure_floor(config, batch, device, args.steps, args.repeats)  # noqa: E731
+                else:
+                    measure = lambda: measure_model(config, batch, path, device, args.steps, args.repeats)  # noqa: E731
+                group.append({"preset": preset, "batch": batch, "path": path} | measure_or_oom(measure, device))
+            rows += summarise(group, config.bptt * batch, args.steps)
+
+    env = environment(device)
+    print(f"\ntraining throughput, T = bptt, device {env['device']} ({env.get('gpu', 'cpu')}), torch {env['torch']}, "
+          f"{args.steps} steps x {args.repeats} repeats (medians)")
+    print_table(rows, [
+        ("preset", "preset", ""), ("batch", "batch", "d"), ("path", "path", ""), ("tokens_per_s", "tokens/s", ",.0f"),
+        ("ms_per_step", "ms/step", ".1f"), ("peak_gib", "peak GiB", ".2f"), ("floor_ratio", "model/floor", ".2f"),
+        ("speedup_vs_eager", "vs eager", ".2f"), ("status", "status", ""),
+    ])
+    targets = [] if args.overrides else judge_targets(rows)
+    if args.overrides:
+        print("\ntargets not judged: the overrides change the presets")
+    elif targets:
+        print("\ntargets:")
+        for t in targets:
+            verdict = "not measured (OOM)" if t["pass"] is None else "PASS" if t["pass"] else "FAIL"
+            measured = "-" if t["measured"] is None else f"{t['measured']:,.2f} {t['unit']}"
+            print(f"  {t['target']:<48} measured {measured:>22}  {verdict}")
+    settings = {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
+    write_json({"environment": env, "settings": settings, "args": vars(args), "rows": rows, "targets": targets},
+               f"train_throughput_{'+'.join(args.presets)}.json", args.json)
+
+
+if __name__ == "__main__":
+    main()
