@@ -16,6 +16,11 @@ One window through the model (§3.1-3.2)::
         y = LN_mid(u) + Drop_h(Attn(LN_mid(u), [mem ; LN_mem(u)]))   # attention blocks only, else y = u
         x = LN_ff(y) + Drop_h(Boom(LN_xff(y)))
     logits = Drop_o(x) @ Emb^T + b                             # tied weights, untied bias
+
+It runs two ways, computing the same function (:meth:`SHARNN.set_execution`): the eager
+reference path, explicit scores and softmax; and the fast path, the attention through
+``scaled_dot_product_attention`` with the memory in bf16, optionally with the Boom and
+LayerNorms under ``torch.compile`` and with activations recomputed in the backward pass.
 """
 
 from __future__ import annotations
