@@ -87,6 +87,24 @@ def print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
+def print_targets(targets: list[dict], value_format: str) -> None:
+    """Print judged targets (``target``, ``measured``, ``unit``, ``pass``; ``pass`` None when
+    the row ran out of memory)."""
+    if not targets:
+        return
+    print("\ntargets:")
+    for t in targets:
+        verdict = "not measured (OOM)" if t["pass"] is None else "PASS" if t["pass"] else "FAIL"
+        measured = "-" if t["measured"] is None else f"{format(t['measured'], value_format)} {t['unit']}"
+        print(f"  {t['target']:<50} measured {measured:>22}  {verdict}")
+
+
+def torch_settings() -> dict:
+    """The precision settings that change fp32 (eager) timings."""
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
+
+
 def write_json(result: dict, default_name: str, path: str | None) -> Path:
     """Write ``result`` to ``path`` or ``benchmarks/results/default_name``; print where."""
     target = Path(path) if path else RESULTS / default_name

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from common import (
     PATHS, environment, measure_or_oom, median, parse_args_with_overrides, peak_memory_gib, print_table,
+    print_targets, torch_settings,
     random_windows, reset_peak_memory, time_repeats, warmup_windows, write_json,
 )
 from sharnn import SHARNN, load_config, sample
@@ -181,15 +182,9 @@ def main() -> None:
     targets = judge_targets(gen_rows) if judged else []
     if not judged:
         print("\ntargets not judged: they are for the enwik8-paper preset without overrides")
-    elif targets:
-        print("\ntargets:")
-        for t in targets:
-            verdict = "not measured (OOM)" if t["pass"] is None else "PASS" if t["pass"] else "FAIL"
-            measured = "-" if t["measured"] is None else f"{t['measured']:,.0f} {t['unit']}"
-            print(f"  {t['target']:<50} measured {measured:>18}  {verdict}")
-    settings = {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
-    write_json({"environment": env, "settings": settings, "args": vars(args), "eval": eval_rows,
+    else:
+        print_targets(targets, ",.0f")
+    write_json({"environment": env, "settings": torch_settings(), "args": vars(args), "eval": eval_rows,
                 "generation": gen_rows, "targets": targets}, f"inference_throughput_{args.preset}.json", args.json)
 
 

@@ -44,6 +44,7 @@ import torch.nn as nn
 
 from common import (
     PATHS, environment, measure_or_oom, median, parse_args_with_overrides, peak_memory_gib, print_table,
+    print_targets, torch_settings,
     random_windows, reset_peak_memory, time_repeats, warmup_windows, write_json,
 )
 from sharnn import SHARNN, MinTrustLAMB, load_config
@@ -189,15 +190,9 @@ def main() -> None:
     targets = [] if args.overrides else judge_targets(rows)
     if args.overrides:
         print("\ntargets not judged: the overrides change the presets")
-    elif targets:
-        print("\ntargets:")
-        for t in targets:
-            verdict = "not measured (OOM)" if t["pass"] is None else "PASS" if t["pass"] else "FAIL"
-            measured = "-" if t["measured"] is None else f"{t['measured']:,.2f} {t['unit']}"
-            print(f"  {t['target']:<48} measured {measured:>22}  {verdict}")
-    settings = {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
-    write_json({"environment": env, "settings": settings, "args": vars(args), "rows": rows, "targets": targets},
+    else:
+        print_targets(targets, ",.2f")
+    write_json({"environment": env, "settings": torch_settings(), "args": vars(args), "rows": rows, "targets": targets},
                f"train_throughput_{'+'.join(args.presets)}.json", args.json)
 
 
