@@ -271,7 +271,7 @@ def get_batch(batched: Tensor, row: int, length: int, device: torch.device | str
     """Inputs ``[T, B]`` = rows ``row .. row+T-1`` and targets ``[T, B]`` = rows
     ``row+1 .. row+T``, as int64 on ``device``. To CUDA, the ``[T + 1, B]`` bytes go through
     pinned memory and are copied asynchronously: the host never waits for the GPU here."""
-    window = batched[row : row + length + 1]
+    window = batched[row : row + length + 1].contiguous()  # a small copy: pinning a strided view would pin its whole span
     if torch.device(device).type == "cuda":
         window = window.pin_memory().to(device, non_blocking=True)
     window = window.to(device).long()
