@@ -1,8 +1,8 @@
-"""Tests of the SHA-RNN model (src/sharnn/model.py) against reference-implementation.md §3 and §9.
+"""Tests of the SHA-RNN model (src/sharnn/model.py) against the equations of docs/model.md.
 
-The "literal" helpers below re-derive the equations of §3.2-3.6 step by step (an explicit
-LSTM cell, explicit gates, a per-stream softmax loop, a loop-built mask) using only the
-model's parameters, so that the model's folded/fused code is checked against the text.
+The "literal" helpers below re-derive the equations step by step (an explicit LSTM cell,
+explicit gates, a per-stream softmax loop, a loop-built mask) using only the model's
+parameters, so that the model's folded/fused code is checked against the text.
 """
 
 import copy
@@ -43,7 +43,7 @@ def make_model(seed: int = 0, perturb: float = 0.2, **overrides) -> SHARNN:
             for block in model.blocks:
                 if block.attention is not None:
                     for name in ("gate_q", "gate_k", "gate_v"):
-                        getattr(block.attention, name).normal_(0.0, 1.0)
+                        getattr(block.attention.head, name).normal_(0.0, 1.0)
     return model.eval()
 
 
@@ -97,7 +97,7 @@ def literal_lstm(lstm: nn.LSTM, x, state=None):
 
 
 def literal_value_gate(attn):
-    """§3.4: [c ; f] = W_o sigmoid(theta_v) + b_o, c the first d outputs; g_v = sigmoid(f) tanh(c)."""
+    """[c ; f] = value_gate_net(sigmoid(gate_v)), c the first d outputs; g_v = sigmoid(f) tanh(c)."""
     d = attn.gate_q.numel()
     out = attn.value_gate_net.weight @ torch.sigmoid(attn.gate_v) + attn.value_gate_net.bias
     c, f = out[:d], out[d:]
@@ -105,7 +105,7 @@ def literal_value_gate(attn):
 
 
 def literal_attention(attn, r, kv, allowed):
-    """§3.3 in eval mode, gates applied exactly where the text puts them.
+    """The attention head in eval mode, gates applied exactly where the text puts them.
     ``allowed`` is a ``[T, S]`` bool matrix, True where query t may see key s."""
     d = r.shape[-1]
     Q = torch.sigmoid(attn.gate_q) * ln(r @ attn.query.weight.T + attn.query.bias, attn.ln_query)
@@ -120,7 +120,7 @@ def literal_attention(attn, r, kv, allowed):
 
 
 def literal_boom(boom, x):
-    """§3.5: Linear(d -> F), x * sigmoid(1.702 x), chunk n = features n*d .. n*d+d-1, summed."""
+    """Boom: Linear(d -> F), x * sigmoid(1.702 x), chunk n = features n*d .. n*d+d-1, summed."""
     h = x @ boom.linear.weight.T + boom.linear.bias
     h = h * torch.sigmoid(1.702 * h)
     d = x.shape[-1]
@@ -136,32 +136,34 @@ def bottom_right_mask(T: int, M: int) -> torch.Tensor:
 
 
 def literal_block(block, x, lstm_state=None, memory=None, allowed=None):
-    """§3.2: u = LSTM(LN_start(x)); y = LN_mid(u) + Attn(LN_mid(u), [mem ; LN_mem(u)]);
-    z = LN_ff(y) + Boom(LN_xff(y)). Incoming memory is cut to its last span - T positions
-    (§3.6). Returns (z, (h, c), keys/values)."""
+    """u = LSTM(LN_start(x)); y = LN_mid(u) + Attn(LN_mid(u), [mem ; LN_mem(u)]);
+    z = LN_ff(y) + Boom(LN_xff(y)). Incoming memory is cut to its last span - T positions.
+    Returns (z, (h, c), keys/values)."""
     u, new_state = literal_lstm(block.lstm, ln(x, block.ln_start), lstm_state)
     kv = None
     if block.attention is None:
         y = u
     else:
-        r, s = ln(u, block.ln_mid), ln(u, block.ln_mem)
+        attention = block.attention
+        r, s = ln(u, attention.ln_mid), ln(u, attention.ln_mem)
         if memory is not None:
-            keep = block.span - x.shape[0]
+            keep = attention.span - x.shape[0]
             memory = memory[memory.shape[0] - min(keep, memory.shape[0]) :]
             kv = torch.cat([memory, s])
         else:
             kv = s
         if allowed is None:
             allowed = bottom_right_mask(x.shape[0], kv.shape[0] - x.shape[0])
-        y = r + literal_attention(block.attention, r, kv, allowed)
-    z = ln(y, block.ln_ff) + literal_boom(block.boom, ln(y, block.ln_xff))
+        y = r + literal_attention(attention.head, r, kv, allowed)
+    ff = block.feed_forward
+    z = ln(y, ff.ln_ff) + literal_boom(ff.boom, ln(y, ff.ln_xff))
     return z, new_state, kv
 
 
 def literal_model(model, tokens, lengths):
     """The whole text at once, as the windows ``lengths`` would see it: a query in the window
     starting at p with length T sees positions max(0, p + T - span) .. itself (memory keeps
-    everything up to the span and is cut to span - T on entry, §3.6)."""
+    everything up to the span and is cut to span - T on entry)."""
     L, span = tokens.shape[0], model.config.attention_span
     allowed = torch.zeros(L, L, dtype=torch.bool)
     p = 0
@@ -287,7 +289,7 @@ def test_memory_length_and_content_after_each_window():
     model = make_model(attention="single", attention_span=span)
     i = model.config.attention_blocks()[0]
     stored = []
-    model.blocks[i].ln_mem.register_forward_hook(lambda mod, args, out: stored.append(out))
+    model.blocks[i].attention.ln_mem.register_forward_hook(lambda mod, args, out: stored.append(out))
     tokens = random_tokens(61)
     state, pos, expected_len, previous = None, 0, 0, None
     with torch.no_grad():
@@ -347,19 +349,19 @@ def test_causal_mask_is_bottom_right_aligned():
 # ----------------------------------------------------------------------------- equations
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["reference", "sdpa"])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("M", [0, 6])
-def test_attention_matches_literal_equations(M, fast):
-    """Both paths fold the key gate into the query and apply the value gate after the sum;
-    the literal text gates keys and values. Same function, in float32."""
-    model = make_model(attention="single")
-    attn = attention_block(model).attention
+def test_attention_matches_literal_equations(M, implementation):
+    """Both implementations fold the key gate into the query and apply the value gate after
+    the sum; the literal text gates keys and values. Same function, in float32."""
+    model = make_model(attention="single").set_attn_implementation(implementation)
+    attn = attention_block(model).attention.head
     torch.manual_seed(3)
     T, B, d = 7, 3, 16
     r, kv = torch.randn(T, B, d), torch.randn(M + T, B, d)
     allowed = bottom_right_mask(T, M)
     with torch.no_grad():
-        out = attn(r, kv, fast=fast)
+        out = attn(r, kv)
         ref = copy.deepcopy(attn).double()
         expected = literal_attention(ref, r.double(), kv.double(), allowed)
     assert_same(out.double(), expected, atol=1e-6)
@@ -367,7 +369,7 @@ def test_attention_matches_literal_equations(M, fast):
 
 
 def test_value_gate_uses_first_half_as_c_and_second_half_as_f():
-    attn = attention_block(make_model()).attention
+    attn = attention_block(make_model()).attention.head
     with torch.no_grad():
         assert_same(attn.value_gate_vector(), literal_value_gate(attn), atol=1e-7)
         d = attn.gate_q.numel()
@@ -472,7 +474,7 @@ def test_lstm_keeps_pytorch_default_uniform_init(wide_model):
 def test_gates_and_output_bias_start_at_zero(wide_model):
     for block in wide_model.blocks:
         for name in ("gate_q", "gate_k", "gate_v"):
-            assert torch.count_nonzero(getattr(block.attention, name)) == 0
+            assert torch.count_nonzero(getattr(block.attention.head, name)) == 0
     assert torch.count_nonzero(wide_model.output_bias) == 0
 
 
@@ -490,7 +492,7 @@ def test_initial_loss_is_close_to_log_vocab():
 
 
 def formula_count(d, F_, n_layers, n_attention, vocab=V, collapsed=False):
-    """reference §9 with V = 256 and no unused parameters."""
+    """Per-component counts with V = 256 (docs/model.md, "Collapse")."""
     lstm = 8 * d * d + 8 * d
     boom = d * F_ + F_
     block_norms = 3 * 2 * d
@@ -536,7 +538,7 @@ def test_collapse_keeps_outputs_and_drops_the_value_gate_network():
     assert model.num_parameters() == count_before - n_attention * (2 * d * d + 2 * d)
     assert model.num_parameters() == expected_collapsed
     assert model.config.collapsed is True
-    assert all(not hasattr(b.attention, "value_gate_net") for b in model.blocks)
+    assert all(not hasattr(b.attention.head, "value_gate_net") for b in model.blocks)
 
     fresh = SHARNN(model.config).eval()
     fresh.load_state_dict(model.state_dict())
@@ -575,8 +577,24 @@ def test_invalid_config_raises_value_error(overrides):
 def test_forward_rejects_window_longer_than_span():
     model = make_model(attention_span=16)
     model(random_tokens(16))  # exactly the span is fine
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="attention_span"):
         model(random_tokens(17))
+
+
+def test_without_attention_a_window_may_be_longer_than_the_span():
+    """The span bounds what a window attends to; a model without attention has none, and
+    one long window equals the same text in short windows with the state carried."""
+    model = make_model(attention="none", attention_span=8)
+    tokens = random_tokens(20)
+    with torch.no_grad():
+        whole, _ = model(tokens)
+        chunked, _ = run_windows(model, tokens, [8, 8, 4])
+    assert_same(whole, chunked, atol=1e-5)
+
+
+def test_unknown_attention_implementation_is_refused():
+    with pytest.raises(ValueError, match="eager, sdpa"):
+        make_model().set_attn_implementation("flash")
 
 
 def test_forward_rejects_state_with_wrong_number_of_blocks():
@@ -638,6 +656,6 @@ def test_every_parameter_gets_a_finite_gradient():
         assert p.grad is not None, name
         assert torch.isfinite(p.grad).all(), name
     for block in model.blocks:
-        attn = block.attention
+        attn = block.attention.head
         for p in (attn.gate_q, attn.gate_k, attn.gate_v, attn.value_gate_net.weight, attn.query.weight):
             assert torch.count_nonzero(p.grad) > 0
