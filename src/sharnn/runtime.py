@@ -1,0 +1,119 @@
+"""Where and how a model runs: the device, the precision and the fast path.
+
+Training, evaluation, generation and the benchmarks each resolve one :class:`Runtime` and
+go through it; nothing else picks a device, writes an autocast context or sets up the
+fast path (docs/model.md, "Execution").
+
+The fast path computes the reference's function up to bf16 rounding: the attention
+through ``scaled_dot_product_attention`` with the memory stored in bf16, optionally the
+attention and feed-forward sub-layers compiled with ``torch.compile``. Activation
+recompute (PyTorch's activation checkpointing) is independent of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+from .errors import ConfigError
+from .model import SHARNN
+
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when available, else CPU. Raises :class:`ConfigError` for a device
+    that does not exist or is not available here."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r} (auto, cpu, cuda or cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} requested but CUDA is not available")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device {name!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device {name!r} is not supported (auto, cpu, cuda or cuda:N)")
+    return device
+
+
+def autocast(device_type: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Autocast to ``dtype`` on ``device_type`` ("cpu", "cuda"); None: no autocast, fp32."""
+    return torch.autocast(device_type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One resolved choice of device, precision and execution path.
+
+    Attributes:
+        device: where the model and its batches live.
+        autocast_dtype: bf16 or fp16 autocast, or None for plain fp32.
+        fast_path: SDPA attention with the memory in bf16 (else the eager reference).
+        compile: ``torch.compile`` of every attention and feed-forward sub-layer (only
+            with the fast path); the LSTMs and the attention kernel stay outside.
+        recompute: recompute the sub-layers' activations in the backward pass instead of
+            storing them (less memory, about one more forward of them).
+    """
+
+    device: torch.device
+    autocast_dtype: torch.dtype | None = None
+    fast_path: bool = False
+    compile: bool = False
+    recompute: bool = False
+
+    @classmethod
+    def resolve(
+        cls, device: str = "auto", precision: str = "auto", fast_path: str = "auto",
+        compile: bool = False, recompute: bool = False,
+    ) -> Runtime:
+        """From the settings' words (see ``TrainConfig``): ``precision`` auto means bf16
+        autocast on CUDA and fp32 elsewhere, ``fast_path`` auto means on with CUDA.
+
+        Raises:
+            ConfigError: an unavailable device, or fp16 without CUDA.
+        """
+        resolved = resolve_device(device)
+        cuda = resolved.type == "cuda"
+        if precision == "fp16" and not cuda:
+            raise ConfigError("precision fp16 needs CUDA; use bf16 or fp32 on CPU")
+        dtype = (torch.bfloat16 if cuda else None) if precision == "auto" else AUTOCAST_DTYPES[precision]
+        fast = cuda if fast_path == "auto" else fast_path == "on"
+        return cls(resolved, dtype, fast, compile=fast and compile, recompute=recompute)
+
+    @classmethod
+    def for_training(cls, config) -> Runtime:
+        """The runtime a ``TrainConfig`` asks for."""
+        return cls.resolve(config.device, config.precision, config.fast_path, config.compile, config.recompute)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The autocast context of this runtime (does nothing for fp32)."""
+        return autocast(self.device.type, self.autocast_dtype)
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """A loss scaler, enabled only for fp16 (bf16 has fp32's range)."""
+        return torch.amp.GradScaler(self.device.type, enabled=self.autocast_dtype == torch.float16)
+
+    def prepare(self, model: SHARNN) -> SHARNN:
+        """Move ``model`` to the device and set it up to run this way; returns it."""
+        model.to(self.device)
+        if self.fast_path:
+            model.set_attn_implementation("sdpa", memory_dtype=torch.bfloat16)
+        if self.recompute:
+            sublayers = {id(m) for m in model.sublayers()}
+            apply_activation_checkpointing(model, check_fn=lambda module: id(module) in sublayers)
+        if self.compile:
+            for sublayer in model.sublayers():
+                sublayer.compile(dynamic=True)
+        return model
+
+    def describe(self) -> str:
+        """One line, e.g. ``cuda, bf16 autocast, fast path (compiled)``."""
+        precision = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast"}[self.autocast_dtype]
+        path = ("fast path" + (" (compiled)" if self.compile else "")) if self.fast_path else "eager reference path"
+        return f"{self.device}, {precision}, {path}" + (", recompute" if self.recompute else "")
