@@ -1,5 +1,7 @@
-"""Run configuration: one dataclass that fully describes a training run, presets as YAML
-files, and ``key=value`` overrides (merged and type-checked with OmegaConf).
+"""Run configuration: one dataclass that fully describes a training run, whose defaults are
+the paper's recipe; presets that state only how they differ from it; ``key=value``
+overrides. One loader (:func:`load_config`) merges and type-checks them with OmegaConf
+and checks every constraint, once, before anything runs.
 
 The resolved configuration is written into every run folder and checkpoint as
 ``config.yaml``, the single source of truth for that run.
@@ -7,12 +9,14 @@ The resolved configuration is written into every run folder and checkpoint as
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
@@ -24,17 +28,18 @@ FAST_PATH = ("auto", "on", "off")
 
 @dataclass
 class TrainConfig:
-    """A training run. Defaults are the paper's recipe (SPEC §3).
+    """A training run. Defaults are the paper's recipe for its single-head enwik8 model
+    (Table 2, §4.1; docs/training.md), which is the ``enwik8-paper`` preset.
 
     Data:
         data: corpus (see :func:`sharnn.data.load_corpus`): a prepared folder, a file or
             folder of any bytes, or a bundled name (``enwik8-head``).
         valid_fraction, test_fraction: split by position for corpora that are not prepared.
-        batch_size: training streams ``B``.
+        train_streams, valid_streams, test_streams: the number of parallel streams ``B``
+            each split is laid out in (the batch size; evaluation protocol: 16 and 8).
         bptt: window length ``T``; with ``bptt_jitter`` the original's random lengths.
-        valid_streams, test_streams: evaluation streams (paper protocol: 16 and 8).
-    Optimizer (Min-Trust LAMB, SPEC §2): lr, betas, eps, weight_decay, min_trust; ``clip``
-        is the global gradient-norm clip (0 disables).
+    Optimizer (Min-Trust LAMB, docs/optimizer.md): lr, betas, eps, weight_decay,
+        min_trust; ``clip`` is the global gradient-norm clip (0 disables).
     Schedule: ``warmup_steps`` linear warmup, then constant; the lr halves at the start of
         each (1-based) epoch in ``lr_halve_epochs``; ``epochs`` passes over train, or stop
         after ``max_steps`` optimizer steps or ``max_seconds`` of training (wall clock,
@@ -43,24 +48,23 @@ class TrainConfig:
         ``valid_every_steps``; ``checkpoint_every_steps`` writes ``latest``;
         ``log_every_steps`` sets the metrics and progress-bar period; ``sample_bytes``
         generated at the end (0: none).
-    Runtime: ``precision`` auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
-        (CUDA only, with a GradScaler); ``device`` auto | cpu | cuda | cuda:N; ``seed``.
-        ``fast_path`` auto (on with CUDA) | on | off: SDPA attention and bf16 memory
-        (:meth:`sharnn.model.SHARNN.set_execution`); off is the eager reference path.
-        ``compile``: with the fast path, ``torch.compile`` the LayerNorm/Boom sub-layers.
-        ``recompute``: recompute attention and Boom activations in the backward pass
-        (less activation memory, about a quarter more compute).
+    Runtime (:class:`sharnn.runtime.Runtime`): ``precision`` auto (bf16 autocast on
+        CUDA, fp32 on CPU) | fp32 | bf16 | fp16 (CUDA only, with a GradScaler);
+        ``device`` auto | cpu | cuda | cuda:N; ``fast_path`` auto (on with CUDA) | on |
+        off: SDPA attention and bf16 memory, off is the eager reference path;
+        ``compile``: with the fast path, ``torch.compile`` the sub-layers; ``recompute``:
+        recompute the sub-layers' activations in the backward pass; ``seed``.
     """
 
     model: SHARNNConfig = field(default_factory=SHARNNConfig)
     data: str = "data/enwik8"
     valid_fraction: float = 0.05
     test_fraction: float = 0.05
-    batch_size: int = 16
-    bptt: int = 1024
-    bptt_jitter: bool = True
+    train_streams: int = 16
     valid_streams: int = 16
     test_streams: int = 8
+    bptt: int = 1024
+    bptt_jitter: bool = True
     lr: float = 2e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-6
@@ -84,12 +88,13 @@ class TrainConfig:
     seed: int = 5512
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first invalid value."""
-        try:
-            self.model.validate()
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        positive = ("batch_size", "bptt", "valid_streams", "test_streams", "epochs", "log_every_steps", "checkpoint_every_steps")
+        """Raise :class:`ConfigError` naming the first invalid value; changes nothing."""
+        self.model.validate()
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{f.name} must be a finite number, got {value}")
+        positive = ("train_streams", "valid_streams", "test_streams", "bptt", "epochs", "log_every_steps", "checkpoint_every_steps")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -101,17 +106,21 @@ class TrainConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"betas must be two values in [0, 1), got {list(self.betas)}")
+        if any(e < 1 for e in self.lr_halve_epochs):
+            raise ConfigError(f"lr_halve_epochs are 1-based epoch numbers, got {list(self.lr_halve_epochs)}")
         for name in ("valid_fraction", "test_fraction"):
             if not 0 < getattr(self, name) < 0.5:
                 raise ConfigError(f"{name} must be in (0, 0.5), got {getattr(self, name)}")
-        if self.bptt > self.model.attention_span and self.model.attention_blocks():
-            raise ConfigError(f"bptt ({self.bptt}) must not exceed model.attention_span ({self.model.attention_span})")
+        if not 0 <= self.seed < 2**64:
+            raise ConfigError(f"seed must be in [0, 2^64), got {self.seed}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        # YAML reads on/off/yes/no/true/false as booleans, which arrive here as "True"/"False"
-        self.fast_path = {"true": "on", "false": "off"}.get(str(self.fast_path).lower(), self.fast_path)
         if self.fast_path not in FAST_PATH:
             raise ConfigError(f"fast_path must be one of {', '.join(FAST_PATH)}, got {self.fast_path!r}")
+        try:
+            self.model.check_window(self.bptt)
+        except ConfigError as e:
+            raise ConfigError(f"bptt: {e}") from None
 
 
 def preset_names() -> list[str]:
@@ -119,45 +128,65 @@ def preset_names() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("sharnn").joinpath("presets").iterdir() if p.name.endswith(".yaml"))
 
 
-def _read_source(source: str) -> str:
-    if source in preset_names():
-        return resources.files("sharnn").joinpath("presets", f"{source}.yaml").read_text()
-    path = Path(source)
-    if path.is_dir() and (path / "config.yaml").is_file():  # a run folder or a checkpoint
-        path = path / "config.yaml"
-    if path.is_file():
-        return path.read_text()
-    raise ConfigError(f"unknown preset or config file {source!r} (presets: {', '.join(preset_names())})")
-
-
-def load_config(source: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Build a validated :class:`TrainConfig` from the defaults, a preset name or YAML file
-    (or a folder holding ``config.yaml``), then ``key=value`` overrides (dotted keys for the
-    model: ``model.d_model=256``).
+def load_config(source: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """The one way to build a :class:`TrainConfig`: the defaults (the paper's recipe),
+    then a preset name, a YAML file or a folder holding ``config.yaml`` (a run or a
+    checkpoint), then ``key=value`` overrides (dotted keys for the model:
+    ``model.d_model=256``); validated.
 
     Raises:
-        ConfigError: unknown preset, file or key; a value of the wrong type or out of range.
+        ConfigError: unknown preset, file or key; invalid YAML; a value of the wrong type
+            or out of range, or a combination of values that cannot run.
     """
-    config = OmegaConf.structured(TrainConfig)
+    merged = OmegaConf.structured(TrainConfig)
     try:
         if source is not None:
-            text = _read_source(source)
-            try:
-                loaded = yaml.safe_load(text) or {}
-            except yaml.YAMLError as e:
-                raise ConfigError(f"{source}: not valid YAML ({str(e).splitlines()[0]})") from None
-            if not isinstance(loaded, dict):
-                raise ConfigError(f"{source}: a config file must be a mapping of keys to values")
-            config = OmegaConf.merge(config, loaded)
+            merged = OmegaConf.merge(merged, _read_mapping(source))
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} must look like key=value")
-        config = OmegaConf.merge(config, OmegaConf.from_dotlist(list(overrides)))
-        result = OmegaConf.to_object(config)
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        _spell_fast_path(merged)
+        config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise ConfigError(_omegaconf_message(e)) from None
-    result.validate()
-    return result
+    config.validate()
+    return config
+
+
+def to_yaml(config: TrainConfig) -> str:
+    """The full configuration as YAML (what ``config.yaml`` holds; :func:`load_config` reads it)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def _read_mapping(source: str | Path) -> dict:
+    """The mapping in a preset, a YAML file, or a folder's ``config.yaml``."""
+    name = str(source)
+    if name in preset_names():
+        text = resources.files("sharnn").joinpath("presets", f"{name}.yaml").read_text()
+    else:
+        path = Path(source)
+        if path.is_dir() and (path / "config.yaml").is_file():
+            path = path / "config.yaml"
+        if not path.is_file():
+            raise ConfigError(f"unknown preset or config file {name!r} (presets: {', '.join(preset_names())})")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read {path}: {e}") from None
+    try:
+        loaded = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{name}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{name}: a config file must be a mapping of keys to values")
+    return loaded
+
+
+def _spell_fast_path(merged: DictConfig) -> None:
+    """YAML reads ``on``/``off`` (and yes/no, true/false) as booleans, which reach the
+    string field as "True"/"False": spell them as the setting's words."""
+    merged.fast_path = {"true": "on", "false": "off"}.get(str(merged.fast_path).lower(), merged.fast_path)
 
 
 def _omegaconf_message(e: OmegaConfBaseException) -> str:
@@ -166,19 +195,3 @@ def _omegaconf_message(e: OmegaConfBaseException) -> str:
     if "not in" in message and key:
         return f"unknown config key {key!r}"
     return f"{key}: {message}" if key else message
-
-
-def to_yaml(config: TrainConfig) -> str:
-    """The full configuration as YAML (what ``config.yaml`` holds)."""
-    return OmegaConf.to_yaml(OmegaConf.structured(config))
-
-
-def from_yaml(text: str) -> TrainConfig:
-    """Inverse of :func:`to_yaml`, validated. Raises :class:`ConfigError`."""
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), yaml.safe_load(text) or {})
-        result = OmegaConf.to_object(merged)
-    except (OmegaConfBaseException, yaml.YAMLError) as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
-    result.validate()
-    return result

@@ -1,0 +1,162 @@
+"""Configuration (src/sharnn/config.py): presets that state only how they differ from the
+paper's recipe, one loader, validation without side effects, and every combination that
+cannot run refused with one line before anything starts."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import SMALL, assert_user_error, cli, write_small_corpus  # noqa: E402
+
+from sharnn.config import TrainConfig, load_config, preset_names, to_yaml  # noqa: E402
+from sharnn.errors import CheckpointError, ConfigError  # noqa: E402
+from sharnn.model import SHARNNConfig  # noqa: E402
+
+
+def _preset_mapping(name: str) -> dict:
+    return yaml.safe_load(resources.files("sharnn").joinpath("presets", f"{name}.yaml").read_text()) or {}
+
+
+def _leaves(mapping: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out |= _leaves(value, f"{prefix}{key}.")
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def test_the_paper_preset_is_the_defaults():
+    assert load_config("enwik8-paper") == TrainConfig() == load_config()
+    paper = load_config("enwik8-paper")
+    assert (paper.model.d_model, paper.model.boom_dim, paper.model.attention_span, paper.train_streams, paper.bptt) == (
+        1024, 4096, 5000, 16, 1024
+    )
+
+
+@pytest.mark.parametrize("name", ["enwik8-paper-4head", "enwik8-paper-noattn", "tiny"])
+def test_presets_state_only_differences_from_the_paper_recipe(name):
+    defaults = _leaves(dataclasses.asdict(TrainConfig()))
+    differences = _leaves(_preset_mapping(name))
+    assert differences, name
+    written_twice = {k: v for k, v in differences.items() if defaults[k] == v}
+    assert not written_twice, f"{name} repeats the defaults {written_twice}"
+    config = load_config(name)
+    for key, value in differences.items():
+        obj = config
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        assert obj == value, key
+
+
+def test_every_preset_loads():
+    assert set(preset_names()) == {"enwik8-paper", "enwik8-paper-4head", "enwik8-paper-noattn", "tiny"}
+    for name in preset_names():
+        load_config(name).validate()
+
+
+def test_validate_changes_nothing():
+    config = load_config("tiny")
+    before = copy.deepcopy(config)
+    config.validate()
+    assert config == before
+    # YAML's spellings of booleans are the loader's business, not validate's
+    assert [load_config("tiny", [f"fast_path={v}"]).fast_path for v in ("on", "true", "off", "no")] == ["on", "on", "off", "off"]
+    spelled = dataclasses.replace(load_config("tiny"), fast_path="true")
+    with pytest.raises(ConfigError, match="fast_path must be one of auto, on, off"):
+        spelled.validate()
+    assert spelled.fast_path == "true"
+
+
+def test_the_resolved_config_round_trips_through_yaml(tmp_path):
+    config = load_config("tiny", ["model.attention=[0, 1]", "lr_halve_epochs=[2, 3]"])
+    (tmp_path / "config.yaml").write_text(to_yaml(config))
+    assert load_config(tmp_path / "config.yaml") == config
+    assert load_config(tmp_path) == config  # a folder holding config.yaml (a run or a checkpoint)
+
+
+def test_one_loader_maps_errors_the_same_way_for_files_and_checkpoints(tmp_path):
+    from sharnn.checkpoint import read_config
+
+    for text, fragment in [("foo: 1\n", "unknown config key 'foo'"), ("lr: abc\n", "lr"),
+                           ("model: [unbalanced\n", "not valid YAML"), ("- a list\n", "mapping")]:
+        (tmp_path / "config.yaml").write_text(text)
+        with pytest.raises(ConfigError, match=fragment) as from_file:
+            load_config(tmp_path / "config.yaml")
+        (tmp_path / "model.safetensors").write_bytes(b"")  # makes the folder look like a checkpoint
+        with pytest.raises(CheckpointError) as from_checkpoint:
+            read_config(tmp_path)
+        assert str(from_checkpoint.value) == f"{(tmp_path / 'config.yaml').resolve()}: {from_file.value}"
+
+
+def test_model_config_errors_are_config_errors():
+    with pytest.raises(ConfigError, match="boom_dim"):
+        SHARNNConfig(d_model=16, boom_dim=20).validate()
+    with pytest.raises(ValueError):  # and still ValueErrors for Python callers
+        SHARNNConfig(attention="every").validate()
+
+
+def test_a_model_without_attention_takes_windows_longer_than_the_span():
+    config = load_config("enwik8-paper-noattn", ["bptt=6000"])
+    assert config.bptt == 6000 and config.model.attention_blocks() == []
+    with pytest.raises(ConfigError, match=r"bptt: windows of 6000 tokens exceed model.attention_span \(5000\)"):
+        load_config("enwik8-paper", ["bptt=6000"])
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    return write_small_corpus(tmp_path_factory.mktemp("data") / "small.txt")
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("bptt=49", "attention_span (48)"),
+        ("model.attention=all", None),  # fine on its own: checked with the span below
+        ("lr=nan", "lr"), ("lr=inf", "lr"), ("eps=nan", "eps"), ("clip=inf", "clip"),
+        ("max_seconds=inf", "max_seconds"), ("valid_fraction=nan", "valid_fraction"),
+        ("betas=[0.9,nan]", "betas"), ("model.layer_norm_eps=nan", "layer_norm_eps"),
+        ("model.dropouth=nan", "dropouth"), ("seed=-1", "seed"), ("seed=18446744073709551616", "seed"),
+        ("lr_halve_epochs=[0]", "lr_halve_epochs"), ("train_streams=0", "train_streams"),
+        ("model.vocab_size=100", "vocab_size"), ("precision=fp16", "fp16"), ("precision=fp8", "precision"),
+        ("device=tpu", "tpu"), ("device=cuda:7", "cuda"), ("fast_path=always", "fast_path"),
+        ("train_streams=100000", "window"),
+    ],
+)
+def test_train_refuses_combinations_that_cannot_run_with_one_line(tmp_path, corpus_file, override, fragment):
+    out = tmp_path / "run"
+    args = ["train", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}", override]
+    if fragment is None:  # the same setting with a window longer than the span
+        args += ["bptt=64"]
+        fragment = "attention_span"
+    assert_user_error(cli(*args), fragment)
+    assert not out.exists()
+
+
+def test_every_preset_refuses_windows_beyond_its_span_but_noattn(tmp_path):
+    for name in ("enwik8-paper", "enwik8-paper-4head", "tiny"):
+        span = load_config(name).model.attention_span
+        assert_user_error(cli("train", "--preset", name, "--out", tmp_path / name, f"bptt={span + 1}"), "attention_span")
+    # no attention: accepted by the config, refused here only because data/enwik8 is not prepared
+    assert_user_error(cli("train", "--preset", "enwik8-paper-noattn", "--out", tmp_path / "x", "bptt=6000", "data=nowhere"),
+                      "not found")
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_model_without_attention_trains_on_windows_longer_than_its_span(tmp_path, corpus_file):
+    from helpers import assert_ok
+
+    out = tmp_path / "run"
+    assert_ok(cli("train", "--quiet", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}",
+                  "model.attention=none", "bptt=64", "max_steps=3", "bptt_jitter=false"))
+    assert load_config(out).bptt == 64 > load_config(out).model.attention_span
+    assert_ok(cli("eval", out, "--bptt", "100"))
