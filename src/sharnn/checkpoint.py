@@ -1,21 +1,42 @@
-"""Checkpoints: one folder each, written atomically, no pickles.
+"""Checkpoints: the file format, and the checkpoint folders and links of a run.
 
-A checkpoint folder holds::
+A checkpoint is a folder in which nothing runs code when loaded::
 
     config.yaml          the run's full TrainConfig (model config included)
     model.safetensors    the weights
-    state.safetensors    LSTM (h, c) and attention memory at that point of training (optional)
-    trainer.pt           optimizer, schedule, RNG and stream position (optional; tensors,
-                         numbers and strings only, read with torch.load(weights_only=True))
+    state.safetensors    the recurrent state of every stream: LSTM (h, c) per block as
+                         ``lstm.I.h``/``lstm.I.c`` and attention memory as ``memory.I``
+                         (optional; absent at an epoch boundary, where streams start cold)
+    trainer.pt           the rest of the training state (optional): a dict of tensors,
+                         numbers and strings only, read with torch.load(weights_only=True)
 
-In a run folder, checkpoints live in ``checkpoints/step-NNNNNNNN`` and ``latest`` and
-``best`` are symbolic links to them, swapped atomically (a crash leaves the previous
-link, never a half-written checkpoint).
+``trainer.pt`` holds::
+
+    optimizer    MinTrustLAMB.state_dict(): moments of every parameter
+    scaler       GradScaler.state_dict() (disabled unless fp16)
+    jitter_rng   JSON of the NumPy bit-generator state that draws window lengths
+    torch_rng    torch.get_rng_state(): dropout masks
+    cuda_rng     torch.cuda.get_rng_state(), CUDA runs only
+    progress     JSON of sharnn.train.Progress: optimizer steps done, epoch, the next
+                 window's row in the train streams, best valid BPC and its step,
+                 training seconds, finished
+
+These are the three parts of ``sharnn.train.TrainingState.state_dict()``: ``model``,
+``recurrent_state`` and ``trainer``. In a run folder::
+
+    checkpoints/step-NNNNNNNN/    one folder per saved step
+    latest -> checkpoints/...     the newest checkpoint (what --resume continues from)
+    best   -> checkpoints/...     the checkpoint with the best validation BPC
+
+A checkpoint is written into a staging folder, flushed to disk and renamed; the links
+are swapped atomically. A crash therefore leaves the previous link and never a
+half-written checkpoint; checkpoints no link points to are deleted after each save.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -23,21 +44,21 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import TrainConfig, from_yaml, to_yaml
-from .errors import CheckpointError, ConfigError
+from .config import TrainConfig, load_config, to_yaml
+from .errors import CheckpointError, ConfigError, RunError
 from .model import SHARNN, State
 
 MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = "model.safetensors", "state.safetensors", "trainer.pt", "config.yaml"
 
 
-def write_checkpoint(
-    folder: Path,
-    model: SHARNN,
-    config: TrainConfig,
-    state: State | None = None,
-    trainer: dict | None = None,
-) -> Path:
+def write_checkpoint(folder: Path, config: TrainConfig, state: dict) -> Path:
     """Write a checkpoint folder atomically (into a temporary sibling, then renamed).
+
+    Args:
+        folder: the folder to create.
+        config: stored as ``config.yaml``.
+        state: ``{"model": weights, "recurrent_state": State or None, "trainer": dict}``;
+            the last two are optional.
 
     Raises:
         CheckpointError: if ``folder`` already exists.
@@ -48,18 +69,42 @@ def write_checkpoint(
     staging = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(weights, staging / MODEL_FILE)
-    if state is not None:
-        save_file({k: v.contiguous().cpu() for k, v in state.tensors().items()}, staging / STATE_FILE)
-    if trainer is not None:
-        torch.save(trainer, staging / TRAINER_FILE)
+    save_file({k: v.detach().contiguous().cpu() for k, v in state["model"].items()}, staging / MODEL_FILE)
+    if state.get("recurrent_state") is not None:
+        tensors = state["recurrent_state"].tensors()
+        save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, staging / STATE_FILE)
+    if state.get("trainer") is not None:
+        torch.save(state["trainer"], staging / TRAINER_FILE)
     (staging / CONFIG_FILE).write_text(to_yaml(config))
     for file in staging.iterdir():
         with open(file, "rb") as f:
             os.fsync(f.fileno())
     os.replace(staging, folder)
     return folder
+
+
+def read_checkpoint(folder: Path, n_layers: int, device: str | torch.device = "cpu") -> dict:
+    """The state a checkpoint holds, as :func:`write_checkpoint` took it (``trainer`` None
+    and ``recurrent_state`` None where the files are absent).
+
+    Raises:
+        CheckpointError: missing or corrupt files.
+    """
+    folder = Path(folder)
+    state = {"model": None, "recurrent_state": None, "trainer": None}
+    file = folder / MODEL_FILE
+    try:
+        state["model"] = load_file(file, device=str(device))
+        file = folder / STATE_FILE
+        if file.is_file():
+            state["recurrent_state"] = State.from_tensors(load_file(file, device=str(device)), n_layers)
+        file = folder / TRAINER_FILE
+        if file.is_file():
+            state["trainer"] = torch.load(file, map_location=device, weights_only=True)
+    except (OSError, RuntimeError, SafetensorError, KeyError, EOFError, pickle.UnpicklingError) as e:
+        reason = str(e).splitlines()[0] if isinstance(e, (OSError, SafetensorError, KeyError)) else "corrupt"
+        raise CheckpointError(f"cannot read the checkpoint in {folder}: {file.name} is missing or corrupt ({reason})") from None
+    return state
 
 
 def point(link: Path, target: Path) -> None:
@@ -85,10 +130,14 @@ def resolve(path: str | Path) -> Path:
 
 
 def read_config(path: str | Path) -> TrainConfig:
-    """The configuration stored with a checkpoint. Raises :class:`CheckpointError`."""
+    """The configuration stored with a checkpoint (or a run folder's best/latest one).
+
+    Raises:
+        CheckpointError: no checkpoint there, or an invalid ``config.yaml``.
+    """
     folder = resolve(path)
     try:
-        return from_yaml((folder / CONFIG_FILE).read_text())
+        return load_config(folder / CONFIG_FILE)
     except ConfigError as e:
         raise CheckpointError(f"{folder / CONFIG_FILE}: {e}") from None
 
@@ -100,21 +149,28 @@ def load_weights(model: SHARNN, folder: Path, device: str | torch.device = "cpu"
         CheckpointError: a missing or corrupt file, or weights that do not fit the model.
     """
     try:
-        weights = load_file(folder / MODEL_FILE, device=str(device))
+        weights = load_file(Path(folder) / MODEL_FILE, device=str(device))
     except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{folder / MODEL_FILE} is missing or corrupt: {e}") from None
+        raise CheckpointError(f"{Path(folder) / MODEL_FILE} is missing or corrupt: {e}") from None
+    apply_weights(model, weights, folder)
+
+
+def apply_weights(model: SHARNN, weights: dict[str, torch.Tensor], source: str | Path) -> None:
+    """``model.load_state_dict(weights)``, with a mismatch reported as a
+    :class:`CheckpointError` naming ``source``."""
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
         detail = " ".join(str(e).split())[:300]
-        raise CheckpointError(f"{folder} does not match its config: {detail}") from None
+        raise CheckpointError(f"{source} does not match its config: {detail}") from None
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[SHARNN, TrainConfig]:
-    """Build the model a checkpoint describes and load its weights.
+    """Build the model a checkpoint (or a run folder's best checkpoint) describes and load
+    its weights.
 
     Returns:
-        ``(model, config)``, the model in eval mode on ``device``.
+        ``(model, config)``, the model in eval mode on ``device``, on the eager path.
 
     Raises:
         CheckpointError: missing or corrupt files, or weights that do not match the config.
@@ -126,18 +182,62 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[SH
     return model.to(device).eval(), config
 
 
-def load_training_state(folder: Path, n_layers: int, device: torch.device) -> tuple[dict, State | None]:
-    """The trainer dict and recurrent :class:`State` saved with a checkpoint.
+class RunCheckpoints:
+    """The checkpoints of one run folder: ``checkpoints/step-N``, ``latest`` and ``best``."""
 
-    Raises:
-        CheckpointError: missing or corrupt files.
-    """
-    try:
-        trainer = torch.load(folder / TRAINER_FILE, map_location=device, weights_only=True)
-        state = None
-        if (folder / STATE_FILE).is_file():
-            tensors = load_file(folder / STATE_FILE, device=str(device))
-            state = State.from_tensors(tensors, n_layers)
-    except (OSError, RuntimeError, SafetensorError, KeyError) as e:
-        raise CheckpointError(f"cannot resume from {folder}: {e}") from None
-    return trainer, state
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.latest = self.run_dir / "latest"
+        self.best = self.run_dir / "best"
+
+    def step_folder(self, step: int) -> Path:
+        return self.run_dir / "checkpoints" / f"step-{step:08d}"
+
+    def has_latest(self) -> bool:
+        return (self.latest / MODEL_FILE).is_file()
+
+    def save(self, step: int, config: TrainConfig, state: dict, best: bool) -> Path:
+        """Write the checkpoint of ``step``, point ``latest`` (and, if ``best``, ``best``)
+        at it, and delete the checkpoints no link points to.
+
+        Raises:
+            RunError: the step's folder exists and a link points to it.
+        """
+        target = self.step_folder(step)
+        if target.exists():
+            if target.resolve() in self._linked():
+                raise RunError(f"{target} is in use; refusing to overwrite it")
+            shutil.rmtree(target)  # left over from a killed run after its last link
+        write_checkpoint(target, config, state)
+        point(self.latest, target)
+        if best:
+            point(self.best, target)
+        linked = self._linked()
+        for folder in target.parent.iterdir():
+            if folder.resolve() not in linked and not folder.name.startswith("."):
+                shutil.rmtree(folder)
+        return target
+
+    def load_latest(self, n_layers: int, device: str | torch.device) -> dict:
+        """The state saved in ``latest`` (see :func:`read_checkpoint`).
+
+        Raises:
+            RunError: no ``latest`` checkpoint.
+            CheckpointError: one without a training state, or missing or corrupt files.
+        """
+        if not self.has_latest():
+            raise RunError(f"nothing to resume: {self.run_dir} has no latest checkpoint")
+        state = read_checkpoint(self.latest.resolve(), n_layers, device)
+        if state["trainer"] is None:
+            raise CheckpointError(f"cannot resume from {self.latest.resolve()}: it has no {TRAINER_FILE}")
+        return state
+
+    def repair_best(self, best_step: int) -> None:
+        """Point ``best`` at the checkpoint of ``best_step``: a crash between repointing
+        ``latest`` and ``best`` leaves ``best`` behind (or absent)."""
+        folder = self.step_folder(best_step)
+        if folder.is_dir() and self.best.resolve() != folder.resolve():
+            point(self.best, folder)
+
+    def _linked(self) -> set[Path]:
+        return {link.resolve() for link in (self.latest, self.best) if link.exists()}
