@@ -1,4 +1,4 @@
-"""End-to-end tests of the ``sharnn`` command line (SPEC §5) on a tiny model: the run
+"""End-to-end tests of the ``sharnn`` command line on a tiny model: the run
 folder ``train`` writes, ``eval``, ``generate``, ``info``, ``prepare``, and one-line
 errors for bad input.
 
@@ -35,7 +35,7 @@ from helpers import (  # noqa: E402
 )
 
 from sharnn.checkpoint import load_model  # noqa: E402
-from sharnn.config import from_yaml, load_config, preset_names  # noqa: E402
+from sharnn.config import load_config, preset_names  # noqa: E402
 from sharnn.data import ByteTokenizer, read_bytes  # noqa: E402
 from sharnn.evaluate import evaluate  # noqa: E402
 from sharnn.generate import generate  # noqa: E402
@@ -61,7 +61,7 @@ def _summary(run_dir: Path) -> dict:
 
 
 def test_train_writes_config_yaml_equal_to_the_resolved_config(run_dir, corpus_file):
-    stored = from_yaml((run_dir / "config.yaml").read_text())
+    stored = load_config(run_dir / "config.yaml")
     assert stored == load_config("tiny", SMALL + [f"data={corpus_file}"])
     assert (stored.model.d_model, stored.bptt, stored.max_steps, stored.data) == (32, 16, 12, str(corpus_file))
 
@@ -99,7 +99,7 @@ def test_train_writes_latest_and_best_checkpoints_and_collects_old_ones(run_dir)
         link = run_dir / name
         assert link.is_symlink() and link.is_dir()
         assert (link / "model.safetensors").is_file() and (link / "config.yaml").is_file()
-        assert from_yaml((link / "config.yaml").read_text()) == from_yaml((run_dir / "config.yaml").read_text())
+        assert load_config(link / "config.yaml") == load_config(run_dir / "config.yaml")
     assert (run_dir / "latest" / "trainer.pt").is_file()
     assert (run_dir / "latest" / "state.safetensors").is_file()  # stopped mid-epoch: the state is kept
     trainer = torch.load(run_dir / "latest" / "trainer.pt", weights_only=True)  # no pickled objects
@@ -131,7 +131,7 @@ def test_train_from_a_config_file_with_overrides(tmp_path, run_dir, corpus_file)
     out = tmp_path / "from-config"
     result = cli("train", "--quiet", "--config", run_dir / "config.yaml", "--out", out, "max_steps=2", "log_every_steps=1")
     assert_ok(result)
-    assert from_yaml((out / "config.yaml").read_text()) == load_config(
+    assert load_config(out / "config.yaml") == load_config(
         "tiny", SMALL + [f"data={corpus_file}", "max_steps=2", "log_every_steps=1"]
     )
     assert [r["step"] for r in metrics(out) if r["split"] == "train"] == [1, 2]
@@ -183,7 +183,7 @@ def test_eval_any_file(tmp_path, run_dir):
     _assert_consistent(numbers)
     model, config = load_model(run_dir)
     expected = evaluate(model, read_bytes(text), config.test_streams, config.bptt)
-    assert f"{numbers['bits']:.4f}" == f"{expected.bits:.4f}"
+    assert f"{numbers['bits']:.4f}" == f"{expected.bpc:.4f}"
     assert str(text) in result.stdout
     # streams and window are options
     result = cli("eval", run_dir, "--file", text, "--streams", "1", "--bptt", "8")
@@ -218,7 +218,7 @@ def test_generate_greedy_is_deterministic_and_top_k_1_is_greedy(run_dir):
         assert _generate(run_dir, "--prompt", "<page>", "--max-bytes", "40", "--top-k", "1", "--seed", seed) == greedy
     # and greedy is the argmax of the model, byte after byte
     model, _ = load_model(run_dir)
-    tokens = list(generate(model, ByteTokenizer().encode("<page>"), 40, temperature=0))
+    tokens = [int(t[0]) for t in generate(model, ByteTokenizer().encode("<page>").view(-1, 1), 40, temperature=0)]
     assert greedy == ByteTokenizer().decode(ByteTokenizer().encode("<page>").tolist() + tokens) + "\n"
 
 
@@ -259,7 +259,7 @@ def test_generate_carries_state_instead_of_re_encoding_the_prompt(run_dir):
         return logits, new_state
 
     model.forward = spy
-    sampled = list(generate(model, prompt, 12, temperature=1.0, seed=11, window=10))
+    sampled = [int(t[0]) for t in generate(model, prompt.view(-1, 1), 12, temperature=1.0, seed=11, window=10)]
     model.forward = original_forward
 
     fed = torch.cat([tokens.view(-1) for tokens, _ in calls])
@@ -327,7 +327,7 @@ def test_info_tiny_config_file_and_run_folder(tmp_path, run_dir):
         ("foo=1", "foo"),
         ("model.foo=1", "model.foo"),
         ("lr=abc", "lr"),
-        ("batch_size=1.5", "batch_size"),
+        ("train_streams=1.5", "train_streams"),
         ("model.dropouth=-0.1", "dropouth"),
         ("model.attention_span=0", "attention_span"),
         ("bptt=0", "bptt"),
@@ -440,6 +440,14 @@ def test_eval_and_generate_nonexistent_checkpoint(tmp_path):
     assert_user_error(cli("eval", tmp_path / "nowhere"), "no checkpoint")
     assert_user_error(cli("generate", tmp_path / "nowhere", "--prompt", "x"), "no checkpoint")
     assert_user_error(cli("info", tmp_path / "nowhere"), "nowhere")
+
+
+def test_eval_and_generate_refuse_settings_out_of_range_with_one_line(run_dir):
+    assert_user_error(cli("eval", run_dir, "--bptt", "49"), "--bptt", "attention_span (48)")
+    for option, value in [("--temperature", "nan"), ("--temperature", "inf"), ("--temperature", "-1"),
+                          ("--top-p", "0"), ("--top-p", "1.5"), ("--top-p", "nan")]:
+        assert_user_error(cli("generate", run_dir, "--prompt", "x", option, value), "temperature")
+    assert_user_error(cli("eval", run_dir, "--device", "tpu"), "tpu")
 
 
 def test_eval_file_errors(tmp_path, run_dir):

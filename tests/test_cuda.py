@@ -16,6 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from sharnn.data import batchify, get_batch
 from sharnn.model import SHARNN, SHARNNConfig, causal_mask, sdpa_attention
 from sharnn.optim import MinTrustLAMB
+from sharnn.runtime import Runtime
 from sharnn.train import train_step
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -61,7 +62,7 @@ def losses_and_grads(model: SHARNN, autocast: bool):
     model.zero_grad(set_to_none=True)
     state, losses = None, []
     for inputs, targets in windows():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        with Runtime(CUDA, torch.bfloat16 if autocast else None).autocast():
             logits, state = model(inputs, state)
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         loss.backward()
@@ -74,8 +75,9 @@ def losses_and_grads(model: SHARNN, autocast: bool):
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
 def test_fast_path_matches_the_fp32_reference_on_cuda(compile):
     model = small_model()
-    ref_losses, ref_grads = losses_and_grads(model.set_execution(fast=False), autocast=False)
-    fast_losses, fast_grads = losses_and_grads(model.set_execution(fast=True, compile=compile), autocast=True)
+    ref_losses, ref_grads = losses_and_grads(model, autocast=False)
+    fast = Runtime(CUDA, torch.bfloat16, fast_path=True, compile=compile).prepare(model)
+    fast_losses, fast_grads = losses_and_grads(fast, autocast=True)
     assert fast_losses == pytest.approx(ref_losses, rel=1e-2)
     assert rel_error(fast_grads, ref_grads) < 3e-2
 
@@ -84,14 +86,14 @@ def test_the_lstm_runs_in_bf16_under_bf16_autocast_not_fp16():
     block = small_model().blocks[0]
     seen = []
     block.lstm.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+    with Runtime(CUDA, torch.bfloat16).autocast():
         u, (h, c) = block.recurrence(torch.randn(16, 2, 256, device=CUDA), None)
     assert seen == [torch.bfloat16] and h.dtype == torch.float32
 
 
 def test_training_step_never_waits_for_the_gpu():
     """No .item(), no synchronising copy: CUDA's sync debug mode raises on any."""
-    model = small_model().set_execution(fast=True)
+    model = Runtime(CUDA, torch.bfloat16, fast_path=True).prepare(small_model())
     optimizer = MinTrustLAMB(model.parameters())
     scaler = torch.amp.GradScaler("cuda", enabled=False)
     batched = batchify(torch.randint(0, 256, (4 * 1000,), dtype=torch.uint8).numpy(), 4)

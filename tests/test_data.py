@@ -1,5 +1,5 @@
 """Byte data (src/sharnn/data.py): tokenizer, corpora, enwik8 preparation, batchify, windows
-(SPEC §4, reference-implementation.md §2.4 and §5.1)."""
+(docs/data.md)."""
 
 import gzip
 import hashlib

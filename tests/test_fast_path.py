@@ -1,14 +1,13 @@
 """The fast path computes the reference path's function, checked on CPU (CI has no GPU):
 SDPA with the bottom-right causal mask, the gate folding (dropout included), the memory
 in bf16 and its round trip through a checkpoint, compiled sub-layers, activation
-recompute, the fast_path setting in training, and batched sampling.
+recompute, the fast path in training, and sampling many streams at once.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import signal
 import sys
 from pathlib import Path
 
@@ -17,15 +16,17 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL, assert_same_weights, assert_user_error, cli, metrics, write_small_corpus  # noqa: E402
+from helpers import SMALL, assert_same_weights, metrics, write_small_corpus  # noqa: E402
 
 from sharnn import checkpoint  # noqa: E402
-from sharnn import train as train_module  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
-from sharnn.errors import ConfigError, Interrupted  # noqa: E402
-from sharnn.generate import filter_logits, generate, sample  # noqa: E402
+from sharnn.errors import Interrupted  # noqa: E402
+from sharnn.generate import filter_logits, generate  # noqa: E402
 from sharnn.model import SHARNN, SHARNNConfig, causal_mask, sdpa_attention  # noqa: E402
-from sharnn.train import train, use_fast_path  # noqa: E402
+from sharnn.runtime import Runtime  # noqa: E402
+from sharnn.train import train  # noqa: E402
+
+CPU = torch.device("cpu")
 
 
 def make_model(dropout: float = 0.0, seed: int = 0, **overrides) -> SHARNN:
@@ -70,8 +71,14 @@ def run(model: SHARNN, batches, train_mode: bool, seed: int = 7):
             state = state.detach()
             all_logits.append(logits.detach())
             total += loss.item()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    # named as in a checkpoint (activation recompute wraps modules but keeps those names)
+    grads = {n: p.grad.clone() for n, p in model.state_dict(keep_vars=True).items() if p.grad is not None}
     return all_logits, state, total, grads
+
+
+def on_fast_path(model: SHARNN, **settings) -> SHARNN:
+    """``model`` set up for the fast path on CPU by the runtime (SDPA, bf16 memory)."""
+    return Runtime(CPU, fast_path=True, **settings).prepare(model)
 
 
 def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -126,7 +133,7 @@ def literal_attention_train(attn, r, kv):
 def test_gates_folded_out_of_the_memory_give_the_same_function_under_dropout():
     """The key gate folds into the query and the value gate moves after the weighted sum:
     with the same dropout masks the outputs (and gradients) are those of the literal text."""
-    attn = next(b for b in make_model(dropout=0.3).blocks if b.attention is not None).attention.double().train()
+    attn = next(b for b in make_model(dropout=0.3).blocks if b.attention is not None).attention.head.double().train()
     r = torch.randn(7, 2, 32, dtype=torch.float64)
     kv = torch.randn(12, 2, 32, dtype=torch.float64, requires_grad=True)
     torch.manual_seed(5)
@@ -142,12 +149,16 @@ def test_gates_folded_out_of_the_memory_give_the_same_function_under_dropout():
 
 
 def test_fast_attention_applies_dropout_in_training_only():
-    attn = next(b for b in make_model(dropout=0.3).blocks if b.attention is not None).attention
+    model = make_model(dropout=0.3)
+    attn = next(b for b in model.blocks if b.attention is not None).attention.head
     r, kv = torch.randn(5, 2, 32), torch.randn(9, 2, 32)
+    model.set_attn_implementation("sdpa")
     attn.train()
-    assert (attn(r, kv, fast=True) - attn(r, kv, fast=True)).abs().max() > 1e-3
+    assert (attn(r, kv) - attn(r, kv)).abs().max() > 1e-3
     attn.eval()
-    torch.testing.assert_close(attn(r, kv, fast=True), attn(r, kv, fast=False), rtol=1e-5, atol=1e-6)
+    sdpa = attn(r, kv)
+    model.set_attn_implementation("eager")
+    torch.testing.assert_close(sdpa, attn(r, kv), rtol=1e-5, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- memory in bf16
@@ -157,8 +168,7 @@ def test_fast_path_keeps_memory_in_bf16_rounded_from_the_reference_keys():
     model = make_model()
     batches = windows()
     _, ref_state, _, _ = run(model, batches[:1], train_mode=False)
-    model.set_execution(fast=True)
-    _, fast_state, _, _ = run(model, batches[:1], train_mode=False)
+    _, fast_state, _, _ = run(on_fast_path(model), batches[:1], train_mode=False)
     for ref, fast in zip(ref_state.memory, fast_state.memory):
         assert ref.dtype == torch.float32 and fast.dtype == torch.bfloat16
         assert ref.shape == fast.shape == (10, 3, 32)
@@ -167,14 +177,15 @@ def test_fast_path_keeps_memory_in_bf16_rounded_from_the_reference_keys():
 
 
 def test_bf16_memory_round_trips_through_a_checkpoint_bit_for_bit(tmp_path):
-    model = make_model().set_execution(fast=True).eval()
+    model = on_fast_path(make_model()).eval()
     batches = windows()
     with torch.no_grad():
         _, state = model(batches[0][0])
         _, state = model(batches[1][0], state)
         config = load_config("tiny", ["model.d_model=32", "model.n_layers=3", "model.boom_dim=64"])
-        checkpoint.write_checkpoint(tmp_path / "ckpt", model, config, state, {"note": "test"})
-        _, loaded = checkpoint.load_training_state(tmp_path / "ckpt", 3, torch.device("cpu"))
+        saved = {"model": model.state_dict(), "recurrent_state": state, "trainer": {"note": "test"}}
+        checkpoint.write_checkpoint(tmp_path / "ckpt", config, saved)
+        loaded = checkpoint.read_checkpoint(tmp_path / "ckpt", 3)["recurrent_state"]
         for saved, back in zip(state.memory, loaded.memory):
             assert back.dtype == torch.bfloat16 and torch.equal(saved, back)
         for (h, c), (h2, c2) in zip(state.lstm, loaded.lstm):
@@ -190,12 +201,12 @@ def test_paths_can_hand_state_to_each_other():
     model = make_model().eval()
     batches = windows()
     with torch.no_grad():
-        model.set_execution(fast=True)
+        model.set_attn_implementation("sdpa", torch.bfloat16)
         _, fast_state = model(batches[0][0])
-        model.set_execution(fast=False)
+        model.set_attn_implementation("eager")
         logits, ref_state = model(batches[1][0], fast_state)
         assert all(m.dtype == torch.float32 for m in ref_state.memory)
-        model.set_execution(fast=True)
+        model.set_attn_implementation("sdpa", torch.bfloat16)
         logits_fast, back = model(batches[1][0], fast_state)
         _, again = model(batches[2][0], ref_state)
     assert all(m.dtype == torch.bfloat16 for m in back.memory + again.memory)
@@ -211,7 +222,7 @@ def test_fast_path_with_fp32_memory_is_the_reference_function():
     model = make_model(dropout=0.0)
     batches = windows()
     ref_logits, _, ref_loss, ref_grads = run(model, batches, train_mode=True)
-    model.set_execution(fast=True, memory_dtype=None)
+    model.set_attn_implementation("sdpa", memory_dtype=None)
     fast_logits, state, fast_loss, fast_grads = run(model, batches, train_mode=True)
     assert all(m.dtype == torch.float32 for m in state.memory)
     assert fast_loss == pytest.approx(ref_loss, rel=1e-6)
@@ -228,8 +239,7 @@ def test_fast_path_with_bf16_memory_matches_reference_within_bf16_tolerance():
     model = make_model()
     batches = windows()
     ref_logits, ref_state, ref_loss, ref_grads = run(model, batches, train_mode=True)
-    model.set_execution(fast=True)
-    fast_logits, fast_state, fast_loss, fast_grads = run(model, batches, train_mode=True)
+    fast_logits, fast_state, fast_loss, fast_grads = run(on_fast_path(model), batches, train_mode=True)
     errors = [rel_error(f, r) for f, r in zip(fast_logits, ref_logits)]
     assert 0 < errors[-1] and max(errors) < 1e-2, errors  # > 0: the bf16 memory is really used
     assert fast_loss == pytest.approx(ref_loss, rel=1e-3)
@@ -241,13 +251,14 @@ def test_fast_path_with_bf16_memory_matches_reference_within_bf16_tolerance():
     assert per_parameter[len(per_parameter) // 2] < 1e-2, per_parameter
 
 
-def test_reference_path_under_bf16_autocast_matches_fp32():
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_bf16_autocast_matches_fp32(implementation):
     """bf16 autocast (how CUDA trains) keeps LayerNorm statistics, softmax and loss in fp32."""
     model = make_model()
     batches = windows()
     ref_logits, _, ref_loss, _ = run(model, batches, train_mode=False)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        model.set_execution(fast=True)
+    model.set_attn_implementation(implementation, torch.bfloat16 if implementation == "sdpa" else None)
+    with Runtime(CPU, torch.bfloat16).autocast():
         bf16_logits, _, bf16_loss, _ = run(model, batches, train_mode=False)
     assert all(logits.dtype == torch.bfloat16 for logits in bf16_logits)
     assert bf16_loss == pytest.approx(ref_loss, rel=2e-2)
@@ -261,7 +272,7 @@ def test_under_autocast_the_lstm_runs_in_the_autocast_dtype_and_keeps_its_state_
     x = torch.randn(9, 2, 32)
     seen = []
     hook = block.lstm.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with Runtime(CPU, torch.bfloat16).autocast():
         u, (h, c) = block.recurrence(x, None)
         u2, _ = block.recurrence(x, (h, c))
     hook.remove()
@@ -278,12 +289,12 @@ def test_compiled_fast_path_matches_the_uncompiled_one():
     losses and gradients over windows of changing length, and the same eval logits."""
     model = make_model()
     batches = windows(lengths=(10, 7, 12))
-    model.set_execution(fast=True)
+    compiled = on_fast_path(copy.deepcopy(model), compile=True)
+    model = on_fast_path(model)
     _, _, loss, grads = run(model, batches, train_mode=True)
     eval_logits, _, _, _ = run(model, batches, train_mode=False)
-    model.set_execution(fast=True, compile=True)
-    _, _, compiled_loss, compiled_grads = run(model, batches, train_mode=True)
-    compiled_eval_logits, _, _, _ = run(model, batches, train_mode=False)
+    _, _, compiled_loss, compiled_grads = run(compiled, batches, train_mode=True)
+    compiled_eval_logits, _, _, _ = run(compiled, batches, train_mode=False)
     assert compiled_loss == pytest.approx(loss, rel=1e-5)
     for name in grads:
         torch.testing.assert_close(compiled_grads[name], grads[name], rtol=1e-4, atol=1e-6, msg=name)
@@ -294,14 +305,15 @@ def test_compiled_fast_path_matches_the_uncompiled_one():
 # ----------------------------------------------------------------------------- recompute
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["reference", "fast"])
-def test_recompute_gives_identical_gradients_with_dropout(fast):
+@pytest.mark.parametrize("fast_path", [False, True], ids=["reference", "fast"])
+def test_recompute_gives_identical_gradients_with_dropout(fast_path):
     model = make_model(dropout=0.2)
     batches = windows()
-    model.set_execution(fast=fast)
+    recomputed = Runtime(CPU, fast_path=fast_path, recompute=True).prepare(copy.deepcopy(model))
+    model = Runtime(CPU, fast_path=fast_path).prepare(model)
     _, _, loss, grads = run(model, batches, train_mode=True)
-    model.set_execution(fast=fast, recompute=True)
-    _, _, loss_recomputed, grads_recomputed = run(model, batches, train_mode=True)
+    _, _, loss_recomputed, grads_recomputed = run(recomputed, batches, train_mode=True)
+    assert grads.keys() == grads_recomputed.keys() and len(grads) == len(list(model.parameters()))
     assert loss_recomputed == loss
     for name in grads:
         assert torch.equal(grads_recomputed[name], grads[name]), name
@@ -325,21 +337,11 @@ def test_recompute_stores_fewer_activations_for_backward():
         return total
 
     stored = saved_bytes()
-    model.set_execution(recompute=True)
+    Runtime(CPU, recompute=True).prepare(model)
     assert saved_bytes() < 0.6 * stored  # what is left: the LSTMs, the sub-layers' inputs, the softmax
 
 
 # ----------------------------------------------------------------------------- training settings
-
-
-def test_fast_path_setting_auto_means_cuda_only():
-    assert use_fast_path("auto", torch.device("cuda")) and not use_fast_path("auto", torch.device("cpu"))
-    assert use_fast_path("on", torch.device("cpu")) and not use_fast_path("off", torch.device("cuda"))
-    with pytest.raises(ConfigError, match="fast_path must be one of auto, on, off"):
-        load_config("tiny", ["fast_path=fastest"])
-    assert_user_error(cli("train", "--preset", "tiny", "fast_path=always"), "fast_path")
-    # YAML spellings of booleans
-    assert [load_config("tiny", [f"fast_path={v}"]).fast_path for v in ("on", "true", "off", "no")] == ["on", "on", "off", "off"]
 
 
 @pytest.fixture(scope="module")
@@ -351,23 +353,14 @@ FAST = SMALL + ["fast_path=on", "compile=false", "model.dropouth=0.1", "model.dr
                 "valid_every_steps=8", "log_every_steps=1"]
 
 
-def test_fast_path_training_resumes_exactly_with_bf16_memory(tmp_path, corpus_file, monkeypatch):
-    """Ctrl-C at step 6 and resume ends exactly like the run that was never stopped: the
+def test_fast_path_training_resumes_exactly_with_bf16_memory(tmp_path, corpus_file):
+    """A stop at step 6 and resume ends exactly like the run that was never stopped: the
     bf16 memory comes back from state.safetensors bit for bit."""
     config = load_config("tiny", FAST + [f"data={corpus_file}"])
     train(config, tmp_path / "reference", quiet=True)
-    real_lr = train_module.learning_rate
-
-    def lr_then_ctrl_c(c, step, epoch):
-        if step == 6:
-            signal.raise_signal(signal.SIGINT)
-        return real_lr(c, step, epoch)
-
-    monkeypatch.setattr(train_module, "learning_rate", lr_then_ctrl_c)
     with pytest.raises(Interrupted):
-        train(config, tmp_path / "run", quiet=True)
-    monkeypatch.setattr(train_module, "learning_rate", real_lr)
-    _, state = checkpoint.load_training_state((tmp_path / "run" / "latest").resolve(), 2, torch.device("cpu"))
+        train(config, tmp_path / "run", quiet=True, should_stop=lambda progress: progress.step == 6)
+    state = checkpoint.read_checkpoint((tmp_path / "run" / "latest").resolve(), 2)["recurrent_state"]
     assert [m.dtype for m in state.memory if m is not None] == [torch.bfloat16]
     train(config, tmp_path / "run", resume=True, quiet=True)
     assert_same_weights(tmp_path / "run" / "latest", tmp_path / "reference" / "latest")
@@ -404,21 +397,23 @@ def test_filter_logits_works_row_by_row():
 
 @pytest.mark.parametrize("fast", [False, True], ids=["reference", "fast"])
 def test_greedy_sampling_of_many_streams_equals_one_stream_at_a_time(fast):
-    model = make_model().set_execution(fast=fast)
+    model = make_model().set_attn_implementation("sdpa" if fast else "eager")
     prompts = torch.randint(0, 256, (30, 4), generator=torch.Generator().manual_seed(3))
-    together = torch.stack(list(sample(model, prompts, 15, temperature=0, window=8)))
+    together = torch.stack(list(generate(model, prompts, 15, temperature=0, window=8)))
     assert together.shape == (15, 4) and together.dtype == torch.int64
     for b in range(4):
-        alone = list(generate(model, prompts[:, b], 15, temperature=0, window=8))
+        alone = [int(tokens[0]) for tokens in generate(model, prompts[:, b : b + 1], 15, temperature=0, window=8)]
         assert together[:, b].tolist() == alone, b
 
 
 def test_seeded_sampling_of_many_streams_is_reproducible_and_streams_differ():
     model = make_model()
     prompts = torch.zeros(5, 6, dtype=torch.long)  # the same prompt in every stream
-    first = torch.stack(list(sample(model, prompts, 40, seed=1, autocast_dtype=torch.bfloat16)))
-    again = torch.stack(list(sample(model, prompts, 40, seed=1, autocast_dtype=torch.bfloat16)))
+    first = torch.stack(list(generate(model, prompts, 40, seed=1, autocast_dtype=torch.bfloat16)))
+    again = torch.stack(list(generate(model, prompts, 40, seed=1, autocast_dtype=torch.bfloat16)))
     assert torch.equal(first, again)
     assert len({tuple(first[:, b].tolist()) for b in range(6)}) > 1  # independent draws per stream
     with pytest.raises(ValueError, match="prompts"):
-        next(sample(model, torch.zeros(0, 2, dtype=torch.long), 3))
+        next(generate(model, torch.zeros(0, 2, dtype=torch.long), 3))
+    with pytest.raises(ValueError, match="prompts"):
+        next(generate(model, torch.zeros(5, dtype=torch.long), 3))  # one stream is [N, 1]

@@ -1,4 +1,4 @@
-"""Min-Trust LAMB (src/sharnn/optim.py) against SPEC §2 / reference-implementation.md §6,
+"""Min-Trust LAMB (src/sharnn/optim.py) against the update of docs/optimizer.md,
 recomputed independently here in float64."""
 
 import io

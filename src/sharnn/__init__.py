@@ -5,18 +5,23 @@ Python API::
     from sharnn import SHARNN, SHARNNConfig, State, MinTrustLAMB
     model = SHARNN(SHARNNConfig(d_model=256, n_layers=2, boom_dim=1024))
     logits, state = model(tokens)   # tokens [T, B] int64 -> logits [T, B, 256]
-    model.set_execution(fast=True, compile=True)   # the CUDA fast path; same function
+    model.set_attn_implementation("sdpa")   # fused attention kernels; the same function
+
+``docs/`` in the repository explains the model, the optimizer, the data and the
+evaluation protocol.
 """
 
 from .config import TrainConfig, load_config
 from .data import ByteTokenizer, Corpus, load_corpus
 from .evaluate import EvalResult, evaluate
-from .generate import generate, sample
+from .generate import generate
 from .model import SHARNN, SHARNNConfig, State
 from .optim import MinTrustLAMB
+from .runtime import Runtime
+from .train import TrainingState
 
 __all__ = [
-    "SHARNN", "SHARNNConfig", "State", "MinTrustLAMB", "TrainConfig", "load_config",
-    "ByteTokenizer", "Corpus", "load_corpus", "EvalResult", "evaluate", "generate", "sample",
+    "SHARNN", "SHARNNConfig", "State", "MinTrustLAMB", "TrainConfig", "load_config", "Runtime", "TrainingState",
+    "ByteTokenizer", "Corpus", "load_corpus", "EvalResult", "evaluate", "generate",
 ]
 __version__ = "0.1.0"

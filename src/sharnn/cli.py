@@ -109,7 +109,7 @@ def train(preset, config_file, out, resume, quiet, overrides):
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--split", type=click.Choice(["valid", "test"]), default="test", show_default=True)
 @click.option("--file", "file", default=None, type=click.Path(path_type=Path), help="Evaluate on this file instead of a split.")
-@click.option("--streams", default=None, type=click.IntRange(min=1), help="Parallel streams [default: 16 for valid, 8 for test and files].")
+@click.option("--streams", default=None, type=click.IntRange(min=1), help="Parallel streams [default: the run's valid_streams or test_streams; test_streams for files].")
 @click.option("--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt].")
 @click.option("--device", default="auto", show_default=True)
 @click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
@@ -119,11 +119,11 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     from .checkpoint import load_model
     from .data import load_corpus, read_bytes
     from .evaluate import evaluate
-    from .train import autocast_dtype, resolve_device, use_fast_path
 
-    dev = resolve_device(device)
-    model, config = load_model(checkpoint, dev)
-    model.set_execution(fast=use_fast_path(fast_path, dev))
+    model, config = load_model(checkpoint)
+    runtime = _runtime(device, config.precision, fast_path)
+    window = bptt or config.bptt
+    _check_option("--bptt", lambda: config.model.check_window(window))
     if file is not None:
         data, what, default_streams = read_bytes(file), str(file), config.test_streams
     else:
@@ -131,10 +131,9 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
         data, what = corpus.split(split), f"{config.data} ({split})"
         default_streams = config.valid_streams if split == "valid" else config.test_streams
     streams = streams or default_streams
-    window = min(bptt or config.bptt, config.model.attention_span)
-    result = evaluate(model, data, streams, window, autocast_dtype(config.precision, dev))
+    result = evaluate(runtime.prepare(model), data, streams, window, runtime.autocast_dtype)
     click.echo(f"{what}: {result.tokens:,} bytes predicted, {streams} streams, windows of {window}")
-    click.echo(f"bits per byte: {result.bits:.4f}")
+    click.echo(f"bits per byte: {result.bpc:.4f}")
     click.echo(f"nats per byte: {result.nats:.4f}")
     click.echo(f"perplexity:    {result.perplexity:.4f}")
 
@@ -144,9 +143,9 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
 @click.option("--prompt", default=None, help="Prompt text (UTF-8).")
 @click.option("--prompt-file", default=None, type=click.Path(path_type=Path), help="Read the prompt bytes from a file.")
 @click.option("--max-bytes", default=512, show_default=True, type=click.IntRange(min=0))
-@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--temperature", default=1.0, show_default=True, type=float, help="0: greedy; must be finite.")
 @click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0), help="Keep the k most likely bytes (0: all).")
-@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True), help="Nucleus sampling mass.")
+@click.option("--top-p", default=1.0, show_default=True, type=float, help="Nucleus sampling mass, in (0, 1].")
 @click.option("--seed", default=None, type=int, help="Seed for reproducible samples.")
 @click.option("--device", default="auto", show_default=True)
 @click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
@@ -156,11 +155,12 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     from .checkpoint import load_model
     from .data import ByteTokenizer, read_bytes
     from .errors import ConfigError
+    from .generate import filter_logits
     from .generate import generate as sample
-    from .train import autocast_dtype, resolve_device, use_fast_path
 
     if prompt is not None and prompt_file is not None:
         raise ConfigError("give --prompt or --prompt-file, not both")
+    filter_logits(torch.zeros(2), temperature, top_k, top_p)  # refuses bad settings with one line
     tokenizer = ByteTokenizer()
     if prompt_file is not None:
         prompt_bytes = bytes(read_bytes(prompt_file))
@@ -168,18 +168,36 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
         prompt_bytes = (prompt or "").encode("utf-8")
     if not prompt_bytes:
         prompt_bytes = b"\n"  # an empty prompt starts after a newline
-    dev = resolve_device(device)
-    model, config = load_model(checkpoint, dev)
-    model.set_execution(fast=use_fast_path(fast_path, dev))
-    amp_dtype = autocast_dtype(config.precision, dev)
+    model, config = load_model(checkpoint)
+    runtime = _runtime(device, config.precision, fast_path)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     out = sys.stdout
     out.write(decoder.decode(prompt_bytes))
-    steps = sample(model, tokenizer.encode(prompt_bytes), max_bytes, temperature, top_k, top_p, seed, autocast_dtype=amp_dtype)
-    for token in steps:
-        out.write(decoder.decode(bytes([token])))
+    prompts = tokenizer.encode(prompt_bytes).view(-1, 1)  # one stream
+    steps = sample(runtime.prepare(model), prompts, max_bytes, temperature, top_k, top_p, seed,
+                   autocast_dtype=runtime.autocast_dtype)
+    for tokens in steps:
+        out.write(decoder.decode(bytes([int(tokens[0])])))
         out.flush()
     out.write(decoder.decode(b"", final=True) + "\n")
+
+
+def _runtime(device: str, precision: str, fast_path: str):
+    """Evaluation and generation run the way the checkpoint's run did, on this machine's
+    device, without compilation."""
+    from .runtime import Runtime
+
+    return Runtime.resolve(device, precision, fast_path)
+
+
+def _check_option(option: str, check) -> None:
+    """Run ``check``; a ConfigError it raises names ``option``."""
+    from .errors import ConfigError
+
+    try:
+        check()
+    except ConfigError as e:
+        raise ConfigError(f"{option}: {e}") from None
 
 
 @main.command()

@@ -1,10 +1,10 @@
 """Byte-level data: tokenizer, corpora, enwik8 preparation, batchify and BPTT windows.
 
 A corpus is three uint8 arrays (train, valid, test) of raw bytes; token id = byte value,
-vocabulary 256 (SPEC §1, §4). Prepared corpora live in a folder with ``train.bin``,
-``valid.bin``, ``test.bin`` and ``meta.json`` and are memory-mapped, never read into
-Python objects. Batches are time-major (reference §2.4): a split of ``N`` bytes becomes
-``[N // B, B]``, column ``b`` being the contiguous bytes ``b * N // B ...``.
+vocabulary 256. Prepared corpora live in a folder with ``train.bin``, ``valid.bin``,
+``test.bin`` and ``meta.json`` and are memory-mapped, never read into Python objects.
+Batches are time-major: a split of ``N`` bytes becomes ``[N // B, B]``, column ``b``
+being the contiguous bytes ``b * N // B ...`` (``B`` streams; docs/data.md).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def prepare_enwik8(
     expected_size: int = ENWIK8_SIZE,
     expected_md5: str = ENWIK8_MD5,
 ) -> Path:
-    """Check and split enwik8 into a prepared corpus folder (SPEC §4).
+    """Check and split enwik8 into a prepared corpus folder (docs/data.md, "enwik8").
 
     Args:
         source: ``enwik8.zip`` or the raw ``enwik8`` file, as a path or an http(s) URL.
@@ -252,7 +252,7 @@ def _write_splits(out: Path, staging: Path, splits, meta: dict) -> None:
 
 
 def batchify(data: np.ndarray, streams: int) -> Tensor:
-    """Lay out bytes as ``streams`` contiguous streams, time-major (reference §2.4).
+    """Lay out bytes as ``streams`` contiguous streams, time-major (docs/data.md, "Streams").
 
     Args:
         data: 1-D uint8 bytes ``[N]`` (may be memory-mapped; nothing is copied).
@@ -279,24 +279,30 @@ def get_batch(batched: Tensor, row: int, length: int, device: torch.device | str
 
 
 def jittered_bptt(bptt: int, rng: np.random.Generator) -> int:
-    """The original's random window length (reference §5.1): base ``bptt`` with probability
-    0.95, else ``bptt / 2``; ``T = int(N(base, 5^2))`` clipped to ``[5, bptt]``."""
+    """The original code's random window length (docs/data.md, "Windows"): base ``bptt``
+    with probability 0.95, else ``bptt / 2``; ``T = int(N(base, 5^2))`` clipped to ``[5, bptt]``."""
     base = bptt if rng.random() < 0.95 else bptt / 2
     return min(max(5, int(rng.normal(base, 5))), bptt)
+
+
+def window_length(row: int, rows: int, bptt: int, rng: np.random.Generator | None = None) -> int:
+    """Length ``T`` of the window that starts at ``row`` of a batchified split of ``rows``
+    rows: :func:`jittered_bptt` with ``rng`` (training), else ``bptt`` (evaluation), cut
+    so that its targets stay inside the split. Draws one length from ``rng`` per window,
+    so its state after a window is a valid resume point."""
+    length = bptt if rng is None else jittered_bptt(bptt, rng)
+    return min(length, rows - 1 - row)
 
 
 def bptt_windows(rows: int, bptt: int, start: int = 0, rng: np.random.Generator | None = None) -> Iterator[tuple[int, int]]:
     """Yield ``(row, T)`` windows walking a batchified split of ``rows`` rows from ``start``.
 
     Windows are contiguous; each predicts rows ``row+1 .. row+T``, so together they
-    predict every row after the first exactly once. With ``rng`` the length is
-    :func:`jittered_bptt` (training), else exactly ``bptt`` (evaluation); the last
-    window is cut to fit. The rng is drawn from lazily, one draw per window, so its
-    state after a window is a valid resume point.
+    predict every row after the first exactly once. Lengths as :func:`window_length`,
+    drawn lazily, one window at a time.
     """
     row = start
     while row < rows - 1:
-        length = bptt if rng is None else jittered_bptt(bptt, rng)
-        length = min(length, rows - 1 - row)
+        length = window_length(row, rows, bptt, rng)
         yield row, length
         row += length

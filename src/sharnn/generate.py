@@ -1,7 +1,8 @@
-"""Sampling bytes from a trained model, streaming (SPEC §5), one stream or many at once.
+"""Sampling from a trained model, streaming, any number of streams at once (one stream is
+the case ``B = 1``).
 
-The prompt is fed once, in windows, carrying the LSTM state and memory; then every
-sampled byte is fed alone with the carried state. Nothing is re-encoded per byte.
+The prompts are fed once, in windows, carrying the LSTM state and memory; then every
+sampled token is fed alone with the carried state. Nothing is re-encoded per token.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .errors import ConfigError
 from .model import SHARNN
+from .runtime import autocast
 
 
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -23,10 +26,11 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
     (nucleus sampling). The kept probabilities are renormalised.
 
     Raises:
-        ValueError: negative temperature or top_k, or top_p outside (0, 1].
+        ConfigError (a ``ValueError``): negative or non-finite temperature, negative top_k,
+            or top_p outside (0, 1].
     """
-    if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
-        raise ValueError("temperature and top_k must be >= 0 and top_p in (0, 1]")
+    if not 0 <= temperature < float("inf") or top_k < 0 or not 0 < top_p <= 1:
+        raise ConfigError("temperature must be a finite number >= 0, top_k >= 0 and top_p in (0, 1]")
     logits = logits.float()
     if temperature == 0:
         return F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
@@ -45,7 +49,7 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
 
 
 @torch.no_grad()
-def sample(
+def generate(
     model: SHARNN,
     prompts: Tensor,
     max_new_tokens: int,
@@ -58,19 +62,21 @@ def sample(
 ) -> Iterator[Tensor]:
     """Sample ``B`` streams at once; yield each step's tokens ``[B]`` (int64, on the model's
     device) as soon as they are drawn. Sampling happens on the device: nothing here waits
-    for the GPU unless the caller reads the tokens.
+    for the GPU unless the caller reads the tokens (``int(tokens[0])`` for one stream).
 
     Args:
-        model: a trained model (put in eval mode); its execution settings are kept.
-        prompts: int64 token ids ``[N, B]``, ``N >= 1``: one prompt per stream, all of one length.
+        model: a trained model (put in eval mode); its attention implementation is kept.
+        prompts: int64 token ids ``[N, B]``, ``N >= 1``: one prompt per stream, all of one
+            length. One stream: ``prompt.view(-1, 1)``.
         max_new_tokens: how many tokens to sample per stream.
         temperature, top_k, top_p: see :func:`filter_logits`.
         seed: seed of the sampling generator (None: nondeterministic).
         window: longest chunk in which the prompts are fed (capped at the attention span).
-        autocast_dtype: run the model under autocast with this dtype (None: no autocast).
+        autocast_dtype: run the model under autocast with this dtype (None: fp32).
 
     Raises:
-        ValueError: empty prompts or invalid sampling settings.
+        ValueError: prompts that are not a non-empty ``[N, B]`` tensor.
+        ConfigError (a ``ValueError``): invalid sampling settings (before any work).
     """
     if prompts.dim() != 2 or prompts.numel() == 0:
         raise ValueError("prompts must be a non-empty [N, B] tensor of token ids")
@@ -83,7 +89,7 @@ def sample(
     prompts = prompts.to(device)
 
     def step(tokens: Tensor, state):
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+        with autocast(device.type, autocast_dtype):
             return model(tokens, state)
 
     state = None
@@ -95,29 +101,3 @@ def sample(
         yield tokens
         if i + 1 < max_new_tokens:
             logits, state = step(tokens.view(1, -1), state)
-
-
-def generate(
-    model: SHARNN,
-    prompt: Tensor,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    window: int = 1024,
-    autocast_dtype: torch.dtype | None = None,
-) -> Iterator[int]:
-    """One stream: yield sampled token ids one at a time, as they are produced.
-
-    Args:
-        prompt: int64 token ids ``[N]``, ``N >= 1``. The rest as :func:`sample`.
-
-    Raises:
-        ValueError: an empty prompt or invalid sampling settings.
-    """
-    if prompt.numel() == 0:
-        raise ValueError("the prompt must hold at least one token")
-    steps = sample(model, prompt.view(-1, 1), max_new_tokens, temperature, top_k, top_p, seed, window, autocast_dtype)
-    for tokens in steps:
-        yield int(tokens)

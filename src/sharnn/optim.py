@@ -1,4 +1,5 @@
-"""Min-Trust LAMB, the optimizer of the SHA-RNN paper (reference-implementation.md §6).
+"""Min-Trust LAMB, the optimizer of the SHA-RNN paper (its "Minimum Trust LAMB" section;
+docs/optimizer.md).
 
 LAMB (You et al. 2019, "v3" form, without bias correction) with a floor on the
 trust ratio. Per parameter tensor ``theta`` with gradient ``g``::
@@ -21,7 +22,7 @@ from torch import Tensor
 
 
 class MinTrustLAMB(torch.optim.Optimizer):
-    """Min-Trust LAMB (SPEC §2, reference §6).
+    """Min-Trust LAMB (docs/optimizer.md).
 
     Args:
         params: parameters or parameter groups.

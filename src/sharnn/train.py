@@ -1,29 +1,33 @@
-"""The training recipe (SPEC §3, reference §5): Min-Trust LAMB, linear warmup then a
-constant learning rate with halvings, global gradient clipping, truncated BPTT over
-contiguous streams with the state and memory carried and detached between windows.
+"""The training recipe (paper §4.1 and Table 2; docs/training.md): Min-Trust LAMB, linear
+warmup then a constant learning rate with halvings, global gradient clipping, truncated
+BPTT over contiguous streams with the state and memory carried and detached between
+windows.
 
-One run writes one folder::
+What training carries from one step to the next is one object, :class:`TrainingState`
+(model, optimizer, loss scaler, jitter RNG, progress with the stream position, recurrent
+state); its ``state_dict()`` is what a checkpoint stores and what resume restores
+(layout: :mod:`sharnn.checkpoint`). :func:`train` is the loop; :class:`Trainer` holds its
+named steps and the run folder::
 
     config.yaml            the resolved TrainConfig
-    metrics.jsonl          one JSON object per train log / validation / test
-    events.out.tfevents.*  the same scalars (and trust ratios) for TensorBoard
-    bpc.png                train and valid BPC against steps
-    checkpoints/step-N/    checkpoints (see sharnn.checkpoint); latest -> one, best -> one
+    metrics.jsonl, events.out.tfevents.*, bpc.png     (sharnn.metrics)
+    checkpoints/step-N/, latest, best                 (sharnn.checkpoint)
     summary.json           final valid and test BPC, parameter counts, steps, time
 
-A killed run (Ctrl-C or kill -9) continues from ``latest`` with :func:`train` and
-``resume=True`` as if it had never stopped: model, optimizer, schedule, RNG streams,
-stream position, LSTM state and memory are all restored.
+A stopped run (Ctrl-C, a ``should_stop`` hook, kill -9) continues from ``latest`` with
+``train(..., resume=True)`` as if it had never stopped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import shutil
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,39 +38,27 @@ from tqdm import tqdm
 
 from . import checkpoint
 from .config import TrainConfig, to_yaml
-from .data import ByteTokenizer, batchify, bptt_windows, get_batch, load_corpus
-from .errors import ConfigError, DataError, Interrupted, RunError, TrainingDiverged
+from .data import ByteTokenizer, batchify, get_batch, load_corpus, window_length
+from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import evaluate
 from .generate import generate
+from .metrics import MetricsLog
 from .model import SHARNN, State
 from .optim import MinTrustLAMB
+from .runtime import Runtime, autocast
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU. Raises ConfigError for an unusable device."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {name!r}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {name!r} requested but CUDA is not available")
-    return device
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint."""
 
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for a precision setting (None: plain fp32)."""
-    if precision == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError("precision fp16 needs CUDA; use bf16 or fp32 on CPU")
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
-def use_fast_path(setting: str, device: torch.device) -> bool:
-    """``fast_path`` auto -> on with CUDA, off elsewhere (the eager reference path)."""
-    return device.type == "cuda" if setting == "auto" else setting == "on"
+    step: int = 0  # optimizer steps done
+    epoch: int = 0  # current epoch, 0-based
+    row: int = 0  # the next window's first row in the train streams
+    best_valid_bpc: float = math.inf
+    best_step: int = 0
+    elapsed: float = 0.0  # training seconds so far (wall clock, validations included)
+    finished: bool = False  # all epochs (or max_steps, max_seconds) done and validated
 
 
 def learning_rate(config: TrainConfig, step: int, epoch: int) -> float:
@@ -77,359 +69,47 @@ def learning_rate(config: TrainConfig, step: int, epoch: int) -> float:
     return config.lr * warmup * 0.5**halvings
 
 
-@dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint."""
-
-    step: int = 0  # optimizer steps done
-    epoch: int = 0  # current epoch, 0-based
-    row: int = 0  # next window's first row in the batchified train split
-    best_valid: float = math.inf  # best valid BPC so far
-    best_step: int = 0
-    elapsed: float = 0.0  # training seconds so far
-    finished: bool = False  # all epochs (or max_steps) done and validated
+def out_of_budget(config: TrainConfig, progress: Progress) -> bool:
+    """All epochs done, ``max_steps`` reached, or ``max_seconds`` of training spent."""
+    return (
+        progress.epoch >= config.epochs
+        or (config.max_steps > 0 and progress.step >= config.max_steps)
+        or (config.max_seconds > 0 and progress.elapsed >= config.max_seconds)
+    )
 
 
-class Run:
-    """The files of one run folder: config, metrics (JSON lines + TensorBoard), plot and
-    checkpoint links."""
-
-    def __init__(self, folder: Path, resume_step: int | None = None):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.folder = folder
-        self.metrics_file = folder / "metrics.jsonl"
-        self.history: list[dict] = []
-        if self.metrics_file.exists():
-            lines = self.metrics_file.read_text().splitlines()
-            self.history = [r for r in map(_parse_json, lines) if r is not None]  # skips a torn last line
-        if resume_step is not None:  # forget what a killed run logged after its checkpoint
-            self.history = [r for r in self.history if r["step"] <= resume_step and r["split"] != "test"]
-            self.metrics_file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
-        self.tensorboard = SummaryWriter(str(folder), purge_step=resume_step)
-
-    def log(self, record: dict, extra_scalars: dict[str, float] | None = None) -> None:
-        self.history.append(record)
-        with open(self.metrics_file, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        for key, value in record.items():
-            if key not in ("step", "split", "epoch") and isinstance(value, (int, float)):
-                self.tensorboard.add_scalar(f"{record['split']}/{key}", value, record["step"])
-        for key, value in (extra_scalars or {}).items():
-            self.tensorboard.add_scalar(key, value, record["step"])
-        self.tensorboard.flush()
-
-    def plot(self) -> None:
-        """Write ``bpc.png``: train and valid BPC against steps."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for split, style in (("train", "-"), ("valid", "o-")):
-            points = [(r["step"], r["bpc"]) for r in self.history if r["split"] == split]
-            if points:
-                ax.plot(*zip(*points), style, label=split, markersize=4)
-        ax.axhline(8.0, color="grey", linestyle=":", label="uniform (8 bits)")
-        ax.set(xlabel="step", ylabel="bits per byte", title=self.folder.name)
-        ax.set_ylim(bottom=0)
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        tmp = self.folder / ".bpc.png.tmp"
-        fig.savefig(tmp, format="png", dpi=100)
-        plt.close(fig)
-        tmp.replace(self.folder / "bpc.png")
-
-    def save(self, model, config, progress: Progress, state, trainer: dict, best: bool) -> None:
-        """Write checkpoint ``checkpoints/step-N``, point ``latest`` (and ``best``) at it,
-        and delete checkpoints no link points to."""
-        target = self.folder / "checkpoints" / f"step-{progress.step:08d}"
-        if target.exists():
-            if target.resolve() in self._linked():
-                raise RunError(f"{target} is in use; refusing to overwrite it")
-            shutil.rmtree(target)  # left over from a killed run after its last link
-        checkpoint.write_checkpoint(target, model, config, state, trainer)
-        checkpoint.point(self.folder / "latest", target)
-        if best:
-            checkpoint.point(self.folder / "best", target)
-        linked = self._linked()
-        for folder in (self.folder / "checkpoints").iterdir():
-            if folder.resolve() not in linked and not folder.name.startswith("."):
-                shutil.rmtree(folder)
-
-    def _linked(self) -> set[Path]:
-        return {(self.folder / n).resolve() for n in ("latest", "best") if (self.folder / n).exists()}
-
-
-def _parse_json(line: str) -> dict | None:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError:
-        return None
-
-
-class _StopRequest:
-    """Turns Ctrl-C (SIGINT) into a flag checked between optimizer steps, so the run stops
-    at a step boundary and saves ``latest``. A second Ctrl-C interrupts at once."""
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self):
-        if _in_main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-def train(config: TrainConfig, run_dir: str | Path, resume: bool = False, quiet: bool = False) -> dict:
-    """Train an SHA-RNN; return the final summary.
-
-    Args:
-        config: the run's configuration (for ``resume``, the one stored in the run).
-        run_dir: the run folder; must not exist unless ``resume``.
-        resume: continue from ``run_dir/latest``.
-        quiet: no progress bar or progress lines.
-
-    Returns:
-        The summary dict, also written to ``summary.json``: ``valid_bpc`` (best),
-        ``test_bpc`` (of the best checkpoint), ``steps``, ``epochs``, ``train_seconds``,
-        ``parameters`` and ``parameters_collapsed``, ``best_step``, ``run_dir``.
-
-    Raises:
-        RunError: ``run_dir`` exists (without ``resume``) or has no checkpoint (with it);
-        Interrupted: Ctrl-C stopped the run (after saving ``latest``).
-        DataError: the corpus is missing or smaller than one window.
-        ConfigError: an unusable device or precision.
-        TrainingDiverged: the loss became NaN or infinite (the last good checkpoint stays).
-    """
-    run_dir = Path(run_dir)
-    say = (lambda *a: None) if quiet else (lambda msg: tqdm.write(msg, file=sys.stderr))
-    device = resolve_device(config.device)
-    amp_dtype = autocast_dtype(config.precision, device)
-    corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
-    _check_sizes(config, corpus)
-
-    torch.manual_seed(config.seed)
-    model = SHARNN(config.model).to(device)
-    fast = use_fast_path(config.fast_path, device)
-    model.set_execution(fast=fast, compile=fast and config.compile, recompute=config.recompute)
-    optimizer = MinTrustLAMB(
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> MinTrustLAMB:
+    """Min-Trust LAMB over every parameter, with the config's settings."""
+    return MinTrustLAMB(
         model.parameters(), lr=config.lr, betas=tuple(config.betas), eps=config.eps,
         weight_decay=config.weight_decay, min_trust=config.min_trust,
     )
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    jitter_rng = np.random.default_rng(config.seed)
-    progress, state = Progress(), None
-
-    if resume:
-        latest = run_dir / "latest"
-        if not (latest / checkpoint.MODEL_FILE).is_file():
-            raise RunError(f"nothing to resume: {run_dir} has no latest checkpoint")
-        checkpoint.load_weights(model, latest, device)
-        trainer, state = checkpoint.load_training_state(latest.resolve(), config.model.n_layers, device)
-        optimizer.load_state_dict(trainer["optimizer"])
-        scaler.load_state_dict(trainer["scaler"])
-        jitter_rng.bit_generator.state = json.loads(trainer["jitter_rng"])
-        torch.set_rng_state(trainer["torch_rng"].cpu())
-        if device.type == "cuda" and "cuda_rng" in trainer:
-            torch.cuda.set_rng_state(trainer["cuda_rng"].cpu(), device)
-        progress = Progress(**json.loads(trainer["progress"]))
-        # A crash between repointing `latest` and `best` leaves `best` behind: repair it.
-        best_folder = run_dir / "checkpoints" / f"step-{progress.best_step:08d}"
-        if best_folder.is_dir() and (run_dir / "best").resolve() != best_folder.resolve():
-            checkpoint.point(run_dir / "best", best_folder)
-        run = Run(run_dir, resume_step=progress.step)
-        say(f"resuming {run_dir} at step {progress.step} (epoch {progress.epoch + 1}, row {progress.row})")
-    else:
-        if run_dir.exists():
-            raise RunError(f"run folder {run_dir} already exists; resume it with --resume or choose another --out")
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.yaml").write_text(to_yaml(config))
-        run = Run(run_dir)
-
-    n_params = model.num_parameters()
-    n_collapsed = model.num_parameters(collapsed=True)
-    if not resume:
-        path = ("fast path" + (", compiled" if config.compile else "")) if fast else "eager reference path"
-        say(f"model: {n_params / 1e6:.2f}M parameters ({n_collapsed / 1e6:.2f}M collapsed), device {device}, {path}")
-
-    def trainer_state() -> dict:
-        trainer = {
-            "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict(),
-            "jitter_rng": json.dumps(jitter_rng.bit_generator.state),
-            "torch_rng": torch.get_rng_state(),
-            "progress": json.dumps(progress.__dict__),
-        }
-        if device.type == "cuda":
-            trainer["cuda_rng"] = torch.cuda.get_rng_state(device)
-        return trainer
-
-    def validate() -> bool:
-        result = evaluate(model, corpus.valid, config.valid_streams, config.bptt, amp_dtype)
-        improved = result.bits < progress.best_valid
-        if improved:
-            progress.best_valid, progress.best_step = result.bits, progress.step
-        record = {"split": "valid", "step": progress.step, "epoch": progress.epoch, "seconds": round(progress.elapsed, 2)}
-        run.log(record | {"bpc": result.bits, "nats": result.nats})
-        run.plot()
-        say(f"step {progress.step} epoch {progress.epoch + 1}: valid {result.bits:.4f} BPC" + (" (best)" if improved else ""))
-        return improved
-
-    param_names = {p: n for n, p in model.named_parameters()}
-    batched = batchify(corpus.train, config.batch_size)
-    rows = batched.shape[0]
-    model.train()
-    loss_sum = torch.zeros((), device=device)  # accumulated on the device; read at log steps
-    first_bad_step = torch.zeros((), dtype=torch.long, device=device)
-    log_steps = log_tokens = 0
-    log_start = time.perf_counter()
-    train_start = time.perf_counter() - progress.elapsed
-
-    def check_finite(weights: bool = False) -> None:
-        """Stop on a non-finite loss (and, before a save, non-finite weights)."""
-        bad = int(first_bad_step)
-        if not bad and weights and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-            bad = progress.step
-        if bad:
-            kept = f"the last good checkpoint is {run_dir / 'latest'}" if (run_dir / "latest").exists() else "no checkpoint was written"
-            raise TrainingDiverged(f"loss or weights became NaN or infinite at step {bad}; stopped ({kept})")
-
-    def save(best: bool) -> None:
-        progress.elapsed = time.perf_counter() - train_start
-        run.save(model, config, progress, state, trainer_state(), best=best)
-
-    def interrupted() -> Interrupted:
-        return Interrupted(f"interrupted at step {progress.step}; continue with: sharnn train --resume {run_dir}")
-
-    bar = tqdm(total=config.epochs * (rows - 1), initial=progress.epoch * (rows - 1) + progress.row,
-               unit="B", unit_scale=True, disable=True if quiet else None, desc="train", dynamic_ncols=True)
-    with _StopRequest() as stop, bar:
-        while not progress.finished:
-            if _out_of_budget(config, progress):
-                progress.finished = True
-                break
-            epoch_done = True
-            for row, length in bptt_windows(rows, config.bptt, progress.row, jitter_rng if config.bptt_jitter else None):
-                progress.step += 1
-                lr = learning_rate(config, progress.step, progress.epoch)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                inputs, targets = get_batch(batched, row, length, device)
-                loss, grad_norm, state = train_step(model, optimizer, scaler, inputs, targets, state, config.clip, amp_dtype)
-
-                finite = torch.isfinite(loss)
-                first_bad_step.copy_(torch.where((first_bad_step == 0) & ~finite, progress.step, first_bad_step))
-                loss_sum += loss
-                log_steps += 1
-                log_tokens += length * config.batch_size
-                progress.row = row + length
-                progress.elapsed = time.perf_counter() - train_start
-                bar.update(length)
-                last_window = progress.row >= rows - 1
-                out_of_steps = _out_of_budget(config, progress)
-
-                if progress.step % config.log_every_steps == 0:
-                    check_finite()
-                    now = time.perf_counter()
-                    bpc = float(loss_sum) / log_steps / math.log(2)
-                    record = {
-                        "split": "train", "step": progress.step, "epoch": progress.epoch, "seconds": round(progress.elapsed, 2), "bpc": bpc,
-                        "lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": log_tokens / (now - log_start),
-                    }
-                    trust = {f"trust_ratio/{param_names[p]}": float(r) for p, r in optimizer.trust_ratios.items()}
-                    run.log(record, trust)
-                    bar.set_postfix(bpc=f"{bpc:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
-                    loss_sum.zero_()
-                    log_steps = log_tokens = 0
-                    log_start = now
-
-                if last_window or out_of_steps:
-                    epoch_done = last_window
-                    break
-                validated = config.valid_every_steps and progress.step % config.valid_every_steps == 0
-                if validated or progress.step % config.checkpoint_every_steps == 0 or stop.requested:
-                    check_finite(weights=True)
-                    save(best=bool(validated) and validate())
-                if stop.requested:
-                    raise interrupted()
-
-            # End of an epoch (or of max_steps): validate, checkpoint, move on.
-            check_finite(weights=True)
-            if epoch_done:
-                progress.epoch, progress.row, state = progress.epoch + 1, 0, None
-            progress.finished = _out_of_budget(config, progress)
-            save(best=validate())
-            if stop.requested:
-                raise interrupted()
-
-    # Test with the best checkpoint.
-    checkpoint.load_weights(model, run_dir / "best", device)
-    test = evaluate(model, corpus.test, config.test_streams, config.bptt, amp_dtype)
-    run.log({"split": "test", "step": progress.best_step, "epoch": progress.epoch, "bpc": test.bits, "nats": test.nats})
-    summary = {
-        "run_dir": str(run_dir),
-        "valid_bpc": progress.best_valid,
-        "test_bpc": test.bits,
-        "test_perplexity": test.perplexity,
-        "best_step": progress.best_step,
-        "steps": progress.step,
-        "epochs": progress.epoch,
-        "train_seconds": round(progress.elapsed, 1),
-        "parameters": n_params,
-        "parameters_collapsed": n_collapsed,
-    }
-    tmp = run_dir / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(run_dir / "summary.json")
-    run.tensorboard.close()
-    if config.sample_bytes and not quiet:
-        _print_sample(model, corpus.test, config)
-    return summary
 
 
 def train_step(
-    model: SHARNN,
+    model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
     inputs: torch.Tensor,
     targets: torch.Tensor,
     state: State | None,
     clip: float,
-    amp_dtype: torch.dtype | None = None,
+    autocast_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, State]:
-    """One step of truncated BPTT (reference §5.1): forward a window from the carried
-    state, mean cross-entropy, backward, global grad-norm clip (``clip`` 0: none), optimizer
-    step; the returned state is detached for the next window.
+    """One step of truncated BPTT: forward a window from the carried state, mean
+    cross-entropy, backward, global grad-norm clip (``clip`` 0: none), optimizer step; the
+    returned state is detached for the next window.
 
     Args:
         inputs, targets: ``[T, B]`` int64 token ids; targets are the inputs shifted by one.
         state: the previous window's detached state, or None to start cold.
-        amp_dtype: autocast dtype, or None for fp32.
+        autocast_dtype: autocast dtype, or None for fp32.
 
     Returns:
         ``(loss, grad_norm, state)``: the loss in nats per token and the gradient norm
         before clipping, as 0-dim tensors left on the device (no host synchronisation).
     """
-    with torch.autocast(inputs.device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+    with autocast(inputs.device.type, autocast_dtype):
         logits, state = model(inputs, state)
     loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
     scaler.scale(loss).backward()
@@ -441,21 +121,305 @@ def train_step(
     return loss.detach(), grad_norm, state.detach()
 
 
-def _out_of_budget(config: TrainConfig, progress: Progress) -> bool:
-    """All epochs done, ``max_steps`` reached, or ``max_seconds`` of training spent."""
-    return (
-        progress.epoch >= config.epochs
-        or (config.max_steps > 0 and progress.step >= config.max_steps)
-        or (config.max_seconds > 0 and progress.elapsed >= config.max_seconds)
-    )
+class TrainingState:
+    """Everything training carries from one optimizer step to the next: the model, the
+    optimizer, the loss scaler, the RNG that draws window lengths, :class:`Progress`
+    (with the stream position) and the recurrent state of the train streams.
+
+    Building it seeds torch with ``config.seed`` and initialises the model, so two
+    states built from one config start identical.
+    """
+
+    def __init__(self, config: TrainConfig, runtime: Runtime):
+        torch.manual_seed(config.seed)
+        self.device = runtime.device
+        self.model = runtime.prepare(SHARNN(config.model))
+        self.optimizer = build_optimizer(self.model, config)
+        self.scaler = runtime.grad_scaler()
+        self.jitter_rng = np.random.default_rng(config.seed)
+        self.progress = Progress()
+        self.recurrent_state: State | None = None
+
+    def state_dict(self) -> dict:
+        """``{"model": weights, "recurrent_state": State or None, "trainer": dict}``: what a
+        checkpoint stores (the layout of ``trainer``: :mod:`sharnn.checkpoint`). The RNG
+        states are the process's, so saving and restoring them resumes dropout exactly."""
+        trainer = {
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "jitter_rng": json.dumps(self.jitter_rng.bit_generator.state),
+            "torch_rng": torch.get_rng_state(),
+            "progress": json.dumps(dataclasses.asdict(self.progress)),
+        }
+        if self.device.type == "cuda":
+            trainer["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return {"model": self.model.state_dict(), "recurrent_state": self.recurrent_state, "trainer": trainer}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned, RNG states included.
+
+        Raises:
+            RuntimeError, KeyError, ValueError: a state that does not fit this model.
+        """
+        trainer = state["trainer"]
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(trainer["optimizer"])
+        self.scaler.load_state_dict(trainer["scaler"])
+        self.jitter_rng.bit_generator.state = json.loads(trainer["jitter_rng"])
+        torch.set_rng_state(trainer["torch_rng"].cpu())
+        if self.device.type == "cuda" and "cuda_rng" in trainer:
+            torch.cuda.set_rng_state(trainer["cuda_rng"].cpu(), self.device)
+        self.progress = Progress(**json.loads(trainer["progress"]))
+        self.recurrent_state = state["recurrent_state"]
 
 
-def _check_sizes(config: TrainConfig, corpus) -> None:
-    need = config.batch_size * (config.bptt + 1)
+def train(
+    config: TrainConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    quiet: bool = False,
+    should_stop: Callable[[Progress], bool] | None = None,
+) -> dict:
+    """Train an SHA-RNN; return the final summary.
+
+    Args:
+        config: the run's configuration (for ``resume``, the one stored in the run).
+        run_dir: the run folder; must not exist unless ``resume``.
+        resume: continue from ``run_dir/latest``.
+        quiet: no progress bar or progress lines.
+        should_stop: called with the :class:`Progress` after every optimizer step; when
+            it returns True the run saves ``latest`` and stops as Ctrl-C does.
+
+    Returns:
+        The summary dict, also written to ``summary.json``: ``valid_bpc`` (best),
+        ``test_bpc`` and ``test_perplexity`` (of the best checkpoint), ``best_step``,
+        ``steps``, ``epochs``, ``train_seconds``, ``parameters``,
+        ``parameters_collapsed``, ``run_dir``.
+
+    Raises:
+        RunError: ``run_dir`` exists (without ``resume``) or has no checkpoint (with it).
+        Interrupted: Ctrl-C or ``should_stop`` stopped the run (after saving ``latest``).
+        DataError: the corpus is missing or smaller than one window.
+        ConfigError: an unusable device or precision, or a model the corpus does not fit.
+        CheckpointError: a ``latest`` checkpoint that cannot be read.
+        TrainingDiverged: the loss became NaN or infinite (the last good checkpoint stays).
+    """
+    trainer = Trainer(config, run_dir, resume=resume, quiet=quiet)
+    progress = trainer.state.progress
+    with _StopRequest(should_stop) as stop_requested, trainer.progress_bar():
+        while not progress.finished:
+            epoch_ended = trainer.train_window()
+            if epoch_ended:
+                trainer.start_next_epoch()
+            progress.finished = out_of_budget(config, progress)
+            stop = stop_requested(progress)
+            validate = epoch_ended or progress.finished or trainer.due(config.valid_every_steps)
+            if validate or stop or trainer.due(config.checkpoint_every_steps):
+                trainer.check_finite(weights=True)
+                improved = trainer.validate() if validate else False
+                trainer.save(best=improved)
+            if stop:
+                raise trainer.interrupted()
+    return trainer.finish()
+
+
+class Trainer:
+    """One run of the recipe: its set-up (or resume) and the named steps :func:`train`
+    calls, around a :class:`TrainingState`."""
+
+    def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False):
+        self.config, self.run_dir, self.quiet = config, Path(run_dir), quiet
+        self.runtime = Runtime.for_training(config)
+        self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
+        check_corpus(config, self.corpus)
+        self.state = TrainingState(config, self.runtime)
+        self.checkpoints = checkpoint.RunCheckpoints(self.run_dir)
+        if resume:
+            self._resume()
+        else:
+            self._create_run_folder()
+        self.batched = batchify(self.corpus.train, config.train_streams)
+        self.param_names = {p: n for n, p in self.state.model.state_dict(keep_vars=True).items()}
+        device = self.runtime.device
+        self.loss_sum = torch.zeros((), device=device)  # accumulated on the device; read at log steps
+        self.first_bad_step = torch.zeros((), dtype=torch.long, device=device)
+        self.log_steps = self.log_tokens = 0
+        self.log_start = time.perf_counter()
+        self.clock_start = time.perf_counter() - self.state.progress.elapsed
+        self.bar = None
+
+    def _create_run_folder(self) -> None:
+        if self.run_dir.exists():
+            raise RunError(f"run folder {self.run_dir} already exists; resume it with --resume or choose another --out")
+        self.run_dir.mkdir(parents=True)
+        (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
+        self.metrics = MetricsLog(self.run_dir)
+        model = self.state.model
+        self.say(f"model: {model.num_parameters() / 1e6:.2f}M parameters "
+                 f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {self.runtime.describe()}")
+
+    def _resume(self) -> None:
+        saved = self.checkpoints.load_latest(self.config.model.n_layers, self.runtime.device)
+        try:
+            self.state.load_state_dict(saved)
+        except (RuntimeError, KeyError, ValueError, TypeError) as e:
+            detail = " ".join(str(e).split())[:300]
+            raise CheckpointError(f"cannot resume from {self.checkpoints.latest.resolve()}: {detail}") from None
+        progress = self.state.progress
+        progress.finished = progress.finished or out_of_budget(self.config, progress)
+        self.checkpoints.repair_best(progress.best_step)
+        self.metrics = MetricsLog(self.run_dir, resume_step=progress.step)
+        self.say(f"resuming {self.run_dir} at step {progress.step} (epoch {progress.epoch + 1}, row {progress.row})")
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            tqdm.write(message, file=sys.stderr)
+
+    def progress_bar(self) -> tqdm:
+        rows, progress = self.batched.shape[0], self.state.progress
+        self.bar = tqdm(total=self.config.epochs * (rows - 1), initial=progress.epoch * (rows - 1) + progress.row,
+                        unit="B", unit_scale=True, disable=True if self.quiet else None, desc="train", dynamic_ncols=True)
+        return self.bar
+
+    def due(self, every: int) -> bool:
+        """Whether a periodic event of period ``every`` steps (0: never) falls on this step."""
+        return every > 0 and self.state.progress.step % every == 0
+
+    def train_window(self) -> bool:
+        """One optimizer step on the next window of the train streams; logs every
+        ``log_every_steps``. Returns whether it was the epoch's last window."""
+        config, state, progress = self.config, self.state, self.state.progress
+        rows = self.batched.shape[0]
+        length = window_length(progress.row, rows, config.bptt, state.jitter_rng if config.bptt_jitter else None)
+        progress.step += 1
+        lr = learning_rate(config, progress.step, progress.epoch)
+        for group in state.optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = get_batch(self.batched, progress.row, length, self.runtime.device)
+        loss, grad_norm, state.recurrent_state = train_step(
+            state.model, state.optimizer, state.scaler, inputs, targets, state.recurrent_state, config.clip,
+            self.runtime.autocast_dtype,
+        )
+        self.first_bad_step.copy_(torch.where((self.first_bad_step == 0) & ~torch.isfinite(loss), progress.step, self.first_bad_step))
+        self.loss_sum += loss
+        self.log_steps += 1
+        self.log_tokens += length * config.train_streams
+        progress.row += length
+        progress.elapsed = time.perf_counter() - self.clock_start
+        self.bar.update(length)
+        if self.due(config.log_every_steps):
+            self._log_training(lr, grad_norm)
+        return progress.row >= rows - 1
+
+    def _log_training(self, lr: float, grad_norm: torch.Tensor) -> None:
+        self.check_finite()
+        progress, now = self.state.progress, time.perf_counter()
+        bpc = float(self.loss_sum) / self.log_steps / math.log(2)
+        record = {
+            "split": "train", "step": progress.step, "epoch": progress.epoch, "seconds": round(progress.elapsed, 2),
+            "bpc": bpc, "lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": self.log_tokens / (now - self.log_start),
+        }
+        trust = {f"trust_ratio/{self.param_names[p]}": float(r) for p, r in self.state.optimizer.trust_ratios.items()}
+        self.metrics.log(record, trust)
+        self.bar.set_postfix(bpc=f"{bpc:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
+        self.loss_sum.zero_()
+        self.log_steps = self.log_tokens = 0
+        self.log_start = now
+
+    def start_next_epoch(self) -> None:
+        """Back to the start of the train streams, cold (state and memory reset)."""
+        progress = self.state.progress
+        progress.epoch, progress.row, self.state.recurrent_state = progress.epoch + 1, 0, None
+
+    def check_finite(self, weights: bool = False) -> None:
+        """Stop on a non-finite loss (and, before a save, non-finite weights).
+
+        Raises:
+            TrainingDiverged: naming the first bad step and the last good checkpoint.
+        """
+        bad = int(self.first_bad_step)
+        if not bad and weights and not all(bool(torch.isfinite(p).all()) for p in self.state.model.parameters()):
+            bad = self.state.progress.step
+        if bad:
+            kept = (f"the last good checkpoint is {self.checkpoints.latest}" if self.checkpoints.latest.exists()
+                    else "no checkpoint was written")
+            raise TrainingDiverged(f"loss or weights became NaN or infinite at step {bad}; stopped ({kept})")
+
+    def validate(self) -> bool:
+        """Score the valid split; log it; return whether it is the best so far."""
+        config, progress = self.config, self.state.progress
+        result = evaluate(self.state.model, self.corpus.valid, config.valid_streams, config.bptt, self.runtime.autocast_dtype)
+        improved = result.bpc < progress.best_valid_bpc
+        if improved:
+            progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
+        self.metrics.log({"split": "valid", "step": progress.step, "epoch": progress.epoch,
+                          "seconds": round(progress.elapsed, 2), "bpc": result.bpc, "nats": result.nats})
+        self.metrics.plot()
+        self.say(f"step {progress.step} epoch {progress.epoch + 1}: valid {result.bpc:.4f} BPC" + (" (best)" if improved else ""))
+        return improved
+
+    def save(self, best: bool) -> None:
+        """Checkpoint the training state as ``latest`` (and ``best``)."""
+        self.state.progress.elapsed = time.perf_counter() - self.clock_start
+        self.checkpoints.save(self.state.progress.step, self.config, self.state.state_dict(), best=best)
+
+    def interrupted(self) -> Interrupted:
+        return Interrupted(f"interrupted at step {self.state.progress.step}; continue with: sharnn train --resume {self.run_dir}")
+
+    def finish(self) -> dict:
+        """Test the best checkpoint, write ``summary.json``, print a sample; the summary."""
+        config, progress, model = self.config, self.state.progress, self.state.model
+        checkpoint.load_weights(model, self.checkpoints.best, self.runtime.device)
+        test = evaluate(model, self.corpus.test, config.test_streams, config.bptt, self.runtime.autocast_dtype)
+        self.metrics.log({"split": "test", "step": progress.best_step, "epoch": progress.epoch, "bpc": test.bpc, "nats": test.nats})
+        summary = {
+            "run_dir": str(self.run_dir),
+            "valid_bpc": progress.best_valid_bpc,
+            "test_bpc": test.bpc,
+            "test_perplexity": test.perplexity,
+            "best_step": progress.best_step,
+            "steps": progress.step,
+            "epochs": progress.epoch,
+            "train_seconds": round(progress.elapsed, 1),
+            "parameters": model.num_parameters(),
+            "parameters_collapsed": model.num_parameters(collapsed=True),
+        }
+        tmp = self.run_dir / ".summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        tmp.replace(self.run_dir / "summary.json")
+        self.metrics.close()
+        if config.sample_bytes and not self.quiet:
+            self._print_sample()
+        return summary
+
+    def _print_sample(self) -> None:
+        tokenizer = ByteTokenizer()
+        prompt = tokenizer.encode(bytes(self.corpus.test[:256]))
+        steps = generate(self.state.model, prompt.view(-1, 1), self.config.sample_bytes, temperature=0.8,
+                         seed=self.config.seed, autocast_dtype=self.runtime.autocast_dtype)
+        sample = [int(tokens[0]) for tokens in steps]
+        print("\n--- sample (prompt: the first 256 bytes of the test split) ---", file=sys.stderr)
+        print(tokenizer.decode(prompt.tolist() + sample))
+        print("---", file=sys.stderr)
+
+
+def check_corpus(config: TrainConfig, corpus) -> None:
+    """Refuse a corpus the run cannot use: a train split shorter than one window of every
+    stream, evaluation splits too short for their streams, or more byte values than the
+    model's vocabulary.
+
+    Raises:
+        DataError, ConfigError.
+    """
+    if config.model.vocab_size < ByteTokenizer.vocab_size:
+        raise ConfigError(f"model.vocab_size ({config.model.vocab_size}) is smaller than the corpus's "
+                          f"vocabulary ({ByteTokenizer.vocab_size} byte values)")
+    need = config.train_streams * (config.bptt + 1)
     if len(corpus.train) < need:
         raise DataError(
             f"corpus {config.data}: the train split has {len(corpus.train):,} bytes, fewer than one window "
-            f"({config.batch_size} streams x {config.bptt + 1} bytes = {need:,}); lower batch_size or bptt"
+            f"({config.train_streams} streams x {config.bptt + 1} bytes = {need:,}); lower train_streams or bptt"
         )
     for split, streams in (("valid", config.valid_streams), ("test", config.test_streams)):
         size = len(corpus.split(split))
@@ -463,12 +427,29 @@ def _check_sizes(config: TrainConfig, corpus) -> None:
             raise DataError(f"corpus {config.data}: the {split} split has {size:,} bytes, too few for {streams} streams")
 
 
-def _print_sample(model: SHARNN, test_bytes: np.ndarray, config: TrainConfig) -> None:
-    tokenizer = ByteTokenizer()
-    prompt = tokenizer.encode(bytes(test_bytes[:256]))
-    device = next(model.parameters()).device
-    sample = list(generate(model, prompt, config.sample_bytes, temperature=0.8, seed=config.seed,
-                           autocast_dtype=autocast_dtype(config.precision, device)))
-    print("\n--- sample (prompt: the first 256 bytes of the test split) ---", file=sys.stderr)
-    print(tokenizer.decode(prompt.tolist() + sample))
-    print("---", file=sys.stderr)
+class _StopRequest:
+    """Whether to stop after this step: Ctrl-C (SIGINT, turned into a flag so that the
+    run stops at a step boundary and saves ``latest``; a second Ctrl-C interrupts at
+    once), or the caller's ``should_stop``."""
+
+    def __init__(self, should_stop: Callable[[Progress], bool] | None):
+        self.should_stop = should_stop
+        self.sigint = False
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __call__(self, progress: Progress) -> bool:
+        return self.sigint or (self.should_stop is not None and bool(self.should_stop(progress)))
+
+    def _handle(self, signum, frame):
+        if self.sigint:
+            raise KeyboardInterrupt
+        self.sigint = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
