@@ -6,8 +6,9 @@ check fails, 0 when all pass.
 (a) Outputs and gradients. One model with every dropout at 0 and its weights redrawn
     so that every part of it matters (see :func:`redraw_weights`), copied into a
     reference instance (eager path, fp32, no autocast, no TF32 on CUDA) and a fast
-    instance (SDPA attention, bf16 memory, torch.compile of the LayerNorm/Boom
-    sub-layers unless ``--no-compile``, under bf16 autocast). Both run ``--windows``
+    instance prepared by a ``sharnn.runtime.Runtime`` (SDPA attention, bf16 memory,
+    torch.compile of the attention and feed-forward sub-layers unless ``--no-compile``,
+    under the runtime's bf16 autocast). Both run ``--windows``
     consecutive windows of fresh random bytes, each path carrying its own state, so the
     memory goes from empty through partly full to full and cut. Per window, the relative
     errors ``||fast - ref|| / ||ref||`` of: each attention head's output (its worst query
@@ -17,11 +18,20 @@ check fails, 0 when all pass.
     over parameters, and the worst one's name); the state carried out of the window
     (memory, LSTM h and c; worst block).
 
-(b) Training. Two copies of one freshly initialised model (the preset's init and
-    dropout) train on the same batches of the bundled ``enwik8-head`` corpus for
-    ``--steps`` steps with ``sharnn.train.train_step``, Min-Trust LAMB and the preset's
-    learning-rate schedule: the eager path in fp32 and the fast path in bf16. Windows are
-    ``T = --bptt`` long (no jitter), contiguous, the state carried. The table shows
+(b) Training. The real recipe, ``sharnn.train.train``, runs twice into a temporary
+    folder from the same seed (so from the same init, with the preset's dropout,
+    Min-Trust LAMB and learning-rate schedule): the eager path in fp32
+    (``fast_path=off precision=fp32``) and the fast path in bf16 (``fast_path=on
+    precision=bf16``, ``compile`` as for (a)). Both train on the bundled ``enwik8-head``
+    corpus for ``--steps`` steps (``max_steps``; ``epochs`` large enough that they do
+    not end it), in ``--streams`` streams of windows ``T = --bptt`` long
+    (``bptt_jitter=false``), contiguous, the state carried; every step is logged
+    (``log_every_steps=1``), no validation before the end, no checkpoint before the end,
+    no sample. After the steps each run validates and tests as every run does (outside
+    what is compared). The per-step training losses are read from each run's
+    ``metrics.jsonl`` (train records: ``bpc``; nats = bpc x ln 2), its training seconds
+    from ``summary.json`` (``train_seconds``: wall clock, the final validation
+    included) and its tokens/s as the median of the logged steps. The table shows
     both loss curves as means over blocks of 25 steps (bits per byte); the check is the
     difference of the two final 50-step mean losses. The two paths draw different
     dropout masks (SDPA's fused dropout and compiled dropout use the RNG differently
@@ -30,12 +40,13 @@ check fails, 0 when all pass.
     not catch a broken attention, which (a) does: from the paper's init the head is
     barely used in the first hundreds of steps (its value gate starts near 0.03).
 
-Sizes: ``--batch-size`` (default 8) streams and ``--bptt`` (default 256) for both parts.
+Sizes: ``--streams`` (default 8) parallel streams and ``--bptt`` (default 256) for both parts.
 ``--windows`` defaults to ``ceil(span / bptt) + 1``: the memory fills, is cut to
 ``span - bptt`` and is read full twice (21 windows for enwik8-paper at bptt 256). The
 defaults are meant to keep ``enwik8-paper`` well inside 10 minutes on one H100 (an
-estimate, not yet timed there): the eager fp32 half of (b) is the slow part, and the
-fast path compiles twice (once per part). ``--bptt 1024`` gives the paper's window
+estimate, not yet timed there): the eager fp32 half of (b) is the slow part, each run
+of (b) also validates and tests once at its end, and the fast path compiles twice (once
+per part). ``--bptt 1024`` gives the paper's window
 (about 4x the work of (b) per step, and fewer windows in (a)).
 
 GPU (from the repository root)::
@@ -47,7 +58,7 @@ GPU (from the repository root)::
 CPU smoke test (tiny sizes, no compile)::
 
     python benchmarks/check_fast_path.py --device cpu --no-compile --windows 4 --steps 10 \\
-        --batch-size 2 --bptt 16 model.d_model=32 model.boom_dim=64 model.attention_span=48
+        --streams 2 --bptt 16 model.d_model=32 model.boom_dim=64 model.attention_span=48
 
 JSON in ``benchmarks/results/check_fast_path.json`` unless ``--json PATH``.
 """
@@ -60,18 +71,19 @@ import dataclasses
 import math
 import statistics
 import sys
-import time
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import environment, print_table, random_windows, synchronize, write_json
-from sharnn import SHARNN, MinTrustLAMB, load_config, load_corpus
-from sharnn.data import batchify, bptt_windows, get_batch
+from common import environment, print_table, random_windows, read_metrics, write_json
+from sharnn import SHARNN, load_config
 from sharnn.errors import ConfigError
 from sharnn.model import Attention
-from sharnn.train import learning_rate, resolve_device, train_step
+from sharnn.runtime import Runtime, resolve_device
+from sharnn.train import train
 
 # ----------------------------------------------------------------------------- thresholds
 #
@@ -101,7 +113,7 @@ GRAD_MEDIAN_RTOL = 5e-2  # median over parameters of their gradients' relative e
 #                          worst parameter is reported, not judged: a LayerNorm shift's gradient
 #                          is a sum over every position of the window that largely cancels
 #                          (LN_mem's shift moves all keys alike, which the softmax ignores), so
-#                          its relative error grows with batch x bptt (0.36 at 8 x 256, d 256)
+#                          its relative error grows with streams x bptt (0.36 at 8 x 256, d 256)
 STATE_RTOL = 3e-2  # memory and LSTM (h, c) carried out of the window, worst block
 TRAIN_FINAL_TOL_NATS = 0.05  # (b): |fast - eager| of the final 50-step mean loss, nats per byte
 
@@ -193,15 +205,16 @@ def worst_row_rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
 class AttentionProbe:
     """What every attention head of a model computed in the last window: its outputs, and
     the gradients its backward sent to its inputs (the query input ``r`` and the
-    keys/values ``kv``, memory rows included), through forward and full backward hooks."""
+    keys/values ``kv``, memory rows included), through forward and full backward hooks
+    on each block's head (``block.attention.head``)."""
 
     def __init__(self, model: SHARNN):
         self.outputs: list[torch.Tensor] = []
         self.input_grads: list[tuple[torch.Tensor | None, ...]] = []
         for block in model.blocks:
             if block.attention is not None:
-                block.attention.register_forward_hook(self._forward)
-                block.attention.register_full_backward_hook(self._backward)
+                block.attention.head.register_forward_hook(self._forward)
+                block.attention.head.register_full_backward_hook(self._backward)
 
     def _forward(self, module, args, output):
         self.outputs.append(output.detach().float())
@@ -214,11 +227,11 @@ class AttentionProbe:
         self.input_grads.clear()
 
 
-def window_pass(model: SHARNN, inputs, targets, state, amp_dtype):
-    """Forward and backward of one window from ``state``: (logits fp32, loss, grads by
-    name (zeros for a parameter that got none), detached state)."""
+def window_pass(model: SHARNN, runtime: Runtime, inputs, targets, state):
+    """Forward (under the runtime's autocast) and backward of one window from ``state``:
+    (logits fp32, loss, grads by name (zeros for a parameter that got none), detached state)."""
     model.zero_grad(set_to_none=True)
-    with torch.autocast(inputs.device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+    with runtime.autocast():
         logits, state = model(inputs, state)
     loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
     loss.backward()
@@ -232,9 +245,11 @@ def check_outputs(config, device: torch.device, windows: int, compile: bool) -> 
     torch.manual_seed(config.seed)
     reference = SHARNN(model_config)
     redraw_weights(reference, config.seed)
-    reference = reference.to(device).train().set_execution(fast=False)
-    fast = copy.deepcopy(reference).set_execution(fast=True, compile=compile)
-    batches = random_windows(config.bptt, config.batch_size, windows, device, seed=config.seed)
+    ref_runtime = Runtime.resolve(str(device), precision="fp32", fast_path="off")
+    fast_runtime = Runtime.resolve(str(device), precision="bf16", fast_path="on", compile=compile)
+    fast = fast_runtime.prepare(copy.deepcopy(reference)).train()
+    reference = ref_runtime.prepare(reference).train()
+    batches = random_windows(config.bptt, config.train_streams, windows, device, seed=config.seed)
     span, T = model_config.attention_span, config.bptt
 
     ref_attention, fast_attention = AttentionProbe(reference), AttentionProbe(fast)
@@ -244,8 +259,8 @@ def check_outputs(config, device: torch.device, windows: int, compile: bool) -> 
         memory_read = min(max(held, default=0), span - T)
         ref_attention.clear()
         fast_attention.clear()
-        ref_logits, ref_loss, ref_grads, ref_state = window_pass(reference, inputs, targets, ref_state, None)
-        fast_logits, fast_loss, fast_grads, fast_state = window_pass(fast, inputs, targets, fast_state, torch.bfloat16)
+        ref_logits, ref_loss, ref_grads, ref_state = window_pass(reference, ref_runtime, inputs, targets, ref_state)
+        fast_logits, fast_loss, fast_grads, fast_state = window_pass(fast, fast_runtime, inputs, targets, fast_state)
         grad_errors = {name: rel_error(fast_grads[name], ref_grads[name]) for name in ref_grads}
         worst = max(grad_errors, key=grad_errors.get)
         fast_grads_in, ref_grads_in = fast_attention.input_grads, ref_attention.input_grads
@@ -273,50 +288,41 @@ def check_outputs(config, device: torch.device, windows: int, compile: bool) -> 
     return {"windows": rows, "passed": all(r["passed"] for r in rows)}
 
 
-def train_losses(model: SHARNN, config, batched: torch.Tensor, steps: int, device, amp_dtype) -> tuple[list[float], float, float]:
-    """Per-step training losses (nats) of ``steps`` steps over contiguous windows of
-    ``batched`` (starting over, state reset, at its end), the seconds they took and tokens/s."""
-    optimizer = MinTrustLAMB(
-        model.parameters(), lr=config.lr, betas=tuple(config.betas), eps=config.eps,
-        weight_decay=config.weight_decay, min_trust=config.min_trust,
-    )
-    scaler = torch.amp.GradScaler(device.type, enabled=False)
-    torch.manual_seed(config.seed + 1)  # the dropout stream: the same seed for both paths
-    model.train()
-    windows, state, losses, tokens = bptt_windows(batched.shape[0], config.bptt), None, [], 0
-    synchronize(device)
-    start = time.perf_counter()
-    for step in range(1, steps + 1):
-        window = next(windows, None)
-        if window is None:  # end of the split: start over, cold
-            windows, state = bptt_windows(batched.shape[0], config.bptt), None
-            window = next(windows)
-        row, length = window
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(config, step, 0)
-        inputs, targets = get_batch(batched, row, length, device)
-        loss, _, state = train_step(model, optimizer, scaler, inputs, targets, state, config.clip, amp_dtype)
-        losses.append(loss)
-        tokens += inputs.numel()
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    return torch.stack(losses).tolist(), seconds, tokens / seconds
+# (b): the settings of both runs (after the preset and the user's overrides), and of each.
+TRAIN_SETTINGS = ["data=enwik8-head", "bptt_jitter=false", "log_every_steps=1", "valid_every_steps=0",
+                  "sample_bytes=0", f"checkpoint_every_steps={10**9}"]
+TRAIN_PATHS = {"eager": ["fast_path=off", "precision=fp32"], "fast": ["fast_path=on", "precision=bf16"]}
+
+
+def training_configs(preset: str, overrides: list[str], device: torch.device, steps: int, compile: bool) -> dict:
+    """Part (b)'s two run configurations, ``{"eager": TrainConfig, "fast": TrainConfig}``:
+    the preset with the user's ``overrides`` (streams and bptt included), then
+    :data:`TRAIN_SETTINGS` and each path's. Raises ``ConfigError``."""
+    settings = [*overrides, *TRAIN_SETTINGS, f"max_steps={steps}", f"epochs={steps}", f"device={device}",
+                f"compile={str(compile).lower()}"]  # an epoch has at least one step: epochs=steps never ends a run
+    return {path: load_config(preset, settings + extra) for path, extra in TRAIN_PATHS.items()}
+
+
+def train_run(config, run_dir: Path) -> tuple[list[float], float, float]:
+    """One ``sharnn.train.train`` run of ``config`` into ``run_dir``: its per-step training
+    losses (nats, from ``metrics.jsonl``), its training seconds (``summary.json``) and
+    tokens/s (the median of its logged steps)."""
+    summary = train(config, run_dir, quiet=True)
+    records = [r for r in read_metrics(run_dir) if r["split"] == "train"]
+    losses = [r["bpc"] * math.log(2) for r in records]
+    return losses, summary["train_seconds"], statistics.median(r["tokens_per_s"] for r in records)
 
 
 def block_means(values: list[float], size: int) -> list[float]:
     return [statistics.fmean(values[i : i + size]) for i in range(0, len(values), size)]
 
 
-def check_training(config, device: torch.device, steps: int, compile: bool) -> dict:
-    """Part (b): the same batches, eager fp32 against fast bf16, from the same init."""
-    corpus = load_corpus("enwik8-head", 0.05, 0.05)
-    batched = batchify(corpus.train, config.batch_size)
-    torch.manual_seed(config.seed)
-    eager = SHARNN(config.model).to(device).set_execution(fast=False)
-    fast = copy.deepcopy(eager).set_execution(fast=True, compile=compile)
-    torch._dynamo.reset()  # fresh compiled graphs for this model (part (a) compiled for another)
-    eager_losses, eager_seconds, eager_rate = train_losses(eager, config, batched, steps, device, None)
-    fast_losses, fast_seconds, fast_rate = train_losses(fast, config, batched, steps, device, torch.bfloat16)
+def check_training(configs: dict, steps: int) -> dict:
+    """Part (b): the recipe run twice from the same seed on the same batches, eager fp32
+    against fast bf16 (``configs`` from :func:`training_configs`)."""
+    with tempfile.TemporaryDirectory(prefix="check_fast_path-") as folder:
+        eager_losses, eager_seconds, eager_rate = train_run(configs["eager"], Path(folder) / "eager")
+        fast_losses, fast_seconds, fast_rate = train_run(configs["fast"], Path(folder) / "fast")
 
     eager_blocks, fast_blocks = block_means(eager_losses, TRAIN_BLOCK_STEPS), block_means(fast_losses, TRAIN_BLOCK_STEPS)
     final = min(TRAIN_FINAL_STEPS, steps)
@@ -339,43 +345,8 @@ def check_training(config, device: torch.device, steps: int, compile: bool) -> d
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="enwik8-paper")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--batch-size", type=int, default=8, help="streams B, both parts [8]")
-    parser.add_argument("--bptt", type=int, default=256, help="window length T, both parts [256]")
-    parser.add_argument("--windows", type=int, default=None,
-                        help="windows of part (a) [ceil(span / bptt) + 1: the memory fills and is cut]")
-    parser.add_argument("--steps", type=int, default=300, help="training steps of part (b) per path [300]")
-    parser.add_argument("--no-compile", action="store_true", help="fast path without torch.compile")
-    parser.add_argument("--json", default=None, help="results file [benchmarks/results/check_fast_path.json]")
-    parser.add_argument("overrides", nargs="*", help="key=value config overrides (model.d_model=32 ...)")
-    args = parser.parse_args()
-
-    for item in args.overrides:
-        key = item.split("=", 1)[0]
-        if key in ("batch_size", "bptt"):
-            parser.error(f"set {key} with --{key.replace('_', '-')}, not as an override")
-    if args.steps < 1 or args.batch_size < 1 or args.bptt < 1 or (args.windows is not None and args.windows < 1):
-        parser.error("--steps, --batch-size, --bptt and --windows must be >= 1")
-    try:
-        config = load_config(args.preset, [*args.overrides, f"batch_size={args.batch_size}", f"bptt={args.bptt}"])
-        device = resolve_device(args.device)
-    except ConfigError as e:
-        parser.error(str(e))
-    windows = args.windows or -(-config.model.attention_span // config.bptt) + 1
-    compile = not args.no_compile
-    ieee_fp32()
-
-    print(f"preset {args.preset} {' '.join(args.overrides)}: d {config.model.d_model}, {config.model.n_layers} layers, "
-          f"attention {config.model.attention_blocks()}, span {config.model.attention_span}, batch {config.batch_size}, "
-          f"bptt {config.bptt}; device {device}; fast path bf16 autocast{', compiled' if compile else ''} "
-          f"vs eager fp32")
-
-    print(f"\n(a) outputs and gradients, {windows} windows, weights redrawn, dropout 0 "
-          f"(relative errors ||fast - ref|| / ||ref||)")
-    outputs = check_outputs(config, device, windows, compile)
+def print_outputs(outputs: dict) -> None:
+    """Part (a)'s table, one row per window, and the limits."""
     columns = [
         ("window", "window", ""), ("memory_read", "memory", ""), ("loss_ref_nats", "loss ref", ".4f"),
         ("attention_row_rel_err", "attn row", ".2e"), ("attention_grad_query_rel_err", "attn grad q", ".2e"),
@@ -393,11 +364,11 @@ def main() -> int:
     )
     print("limits: " + ", ".join(f"{header[key]} {limit:g}" for key, limit in LIMITS.items()))
 
-    print(f"\n(b) training {args.steps} steps on enwik8-head from one init, dropout as configured "
-          f"(loss in bits per byte, means over {TRAIN_BLOCK_STEPS} steps)")
-    training = check_training(config, device, args.steps, compile)
+
+def print_training(training: dict, steps: int, compile: bool) -> None:
+    """Part (b)'s loss curves in blocks of steps, and the final comparison."""
     block_rows = [
-        {"steps": f"{i * TRAIN_BLOCK_STEPS + 1}-{min((i + 1) * TRAIN_BLOCK_STEPS, args.steps)}",
+        {"steps": f"{i * TRAIN_BLOCK_STEPS + 1}-{min((i + 1) * TRAIN_BLOCK_STEPS, steps)}",
          "eager": e, "fast": f, "diff": f - e}
         for i, (e, f) in enumerate(zip(training["eager"]["block_mean_bits"], training["fast"]["block_mean_bits"]))
     ]
@@ -407,14 +378,63 @@ def main() -> int:
     print(f"max |block difference| {training['max_block_diff_bits']:.4f} bits; final {training['final_steps']}-step "
           f"mean eager {eager['final_mean_nats']:.4f} nats, fast {fast['final_mean_nats']:.4f} nats, difference "
           f"{training['final_diff_nats']:+.4f} (limit +-{TRAIN_FINAL_TOL_NATS}); {eager['seconds']:.1f} s eager, "
-          f"{fast['seconds']:.1f} s fast" + (" (compilation included)" if compile else ""))
+          f"{fast['seconds']:.1f} s fast (training wall clock, the final validation"
+          + (" and compilation" if compile else "") + " included)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="enwik8-paper")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--streams", type=int, default=8, help="parallel streams B, both parts [8]")
+    parser.add_argument("--bptt", type=int, default=256, help="window length T, both parts [256]")
+    parser.add_argument("--windows", type=int, default=None,
+                        help="windows of part (a) [ceil(span / bptt) + 1: the memory fills and is cut]")
+    parser.add_argument("--steps", type=int, default=300, help="training steps of part (b) per path [300]")
+    parser.add_argument("--no-compile", action="store_true", help="fast path without torch.compile")
+    parser.add_argument("--json", default=None, help="results file [benchmarks/results/check_fast_path.json]")
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides (model.d_model=32 ...)")
+    args = parser.parse_args()
+
+    options = {"train_streams": "--streams", "bptt": "--bptt"}
+    for item in args.overrides:
+        key = item.split("=", 1)[0]
+        if key in options:
+            parser.error(f"set {key} with {options[key]}, not as an override")
+    if args.steps < 1 or args.streams < 1 or args.bptt < 1 or (args.windows is not None and args.windows < 1):
+        parser.error("--steps, --streams, --bptt and --windows must be >= 1")
+    overrides = [*args.overrides, f"train_streams={args.streams}", f"bptt={args.bptt}"]
+    compile = not args.no_compile
+    try:
+        config = load_config(args.preset, overrides)
+        device = resolve_device(args.device)
+        train_configs = training_configs(args.preset, overrides, device, args.steps, compile)
+    except ConfigError as e:
+        parser.error(str(e))
+    windows = args.windows or -(-config.model.attention_span // config.bptt) + 1
+    ieee_fp32()
+
+    print(f"preset {args.preset} {' '.join(args.overrides)}: d {config.model.d_model}, {config.model.n_layers} layers, "
+          f"attention {config.model.attention_blocks()}, span {config.model.attention_span}, {config.train_streams} streams, "
+          f"bptt {config.bptt}; device {device}; fast path bf16 autocast{', compiled' if compile else ''} "
+          f"vs eager fp32")
+
+    print(f"\n(a) outputs and gradients, {windows} windows, weights redrawn, dropout 0 "
+          f"(relative errors ||fast - ref|| / ||ref||)")
+    outputs = check_outputs(config, device, windows, compile)
+    print_outputs(outputs)
+
+    print(f"\n(b) training {args.steps} steps on enwik8-head from one init, dropout as configured "
+          f"(loss in bits per byte, means over {TRAIN_BLOCK_STEPS} steps)")
+    training = check_training(train_configs, args.steps)
+    print_training(training, args.steps, compile)
 
     passed = outputs["passed"] and training["passed"]
     print(f"\n(a) outputs and gradients: {'PASS' if outputs['passed'] else 'FAIL'}")
     print(f"(b) training: {'PASS' if training['passed'] else 'FAIL'}")
     result = {
         "environment": environment(device),
-        "preset": args.preset, "overrides": args.overrides, "batch_size": config.batch_size, "bptt": config.bptt,
+        "preset": args.preset, "overrides": args.overrides, "streams": config.train_streams, "bptt": config.bptt,
         "windows": windows, "compile": compile, "reference": "eager path, fp32 (IEEE on CUDA: no TF32), no autocast",
         "fast": "fast path, bf16 memory, bf16 autocast" + (", torch.compile" if compile else ""),
         "thresholds": LIMITS | {"train_final_tol_nats": TRAIN_FINAL_TOL_NATS},

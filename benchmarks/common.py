@@ -1,6 +1,7 @@
-"""What every benchmark script shares: the machine's description, device timing, peak
-memory, a printed table and the JSON file. Run the scripts from the repository root,
-with the package installed or ``PYTHONPATH=src``.
+"""What every benchmark script shares: how each execution path's :class:`sharnn.Runtime`
+is built, the machine's description, device timing, peak memory, a printed table and
+the JSON file. Run the scripts from the repository root, with the package installed or
+``PYTHONPATH=src``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from sharnn import SHARNN, load_config
+from sharnn.errors import ConfigError
+from sharnn.runtime import Runtime, resolve_device
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -99,6 +104,12 @@ def print_targets(targets: list[dict], value_format: str) -> None:
         print(f"  {t['target']:<50} measured {measured:>22}  {verdict}")
 
 
+def judge(name: str, value: float | None, target: float, higher_is_better: bool, unit: str) -> dict:
+    """One target, judged: ``pass`` None when ``value`` was not measured (an OOM row)."""
+    passed = None if value is None else (value >= target if higher_is_better else value <= target)
+    return {"target": name, "measured": value, "unit": unit, "pass": passed}
+
+
 def torch_settings() -> dict:
     """The precision settings that change fp32 (eager) timings."""
     return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
@@ -116,16 +127,41 @@ def write_json(result: dict, default_name: str, path: str | None) -> Path:
     return target
 
 
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The records of a ``sharnn.train.train`` run's ``metrics.jsonl``, in order."""
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 # --- Shared by train_throughput.py and inference_throughput.py ---------------------------
 
-# How a model runs: name -> (keyword arguments of SHARNN.set_execution, autocast dtype or
-# None for plain fp32). "eager" is the reference path; the fast paths run under bf16 autocast.
+# How a model runs: path name -> the settings of ``Runtime.resolve`` (besides the device).
+# "eager" is the reference path in plain fp32; the fast paths run under bf16 autocast.
 PATHS = {
-    "fast": ({"fast": True, "compile": True}, torch.bfloat16),
-    "fast-nocompile": ({"fast": True, "compile": False}, torch.bfloat16),
-    "fast-recompute": ({"fast": True, "compile": True, "recompute": True}, torch.bfloat16),
-    "eager": ({"fast": False, "compile": False}, None),
+    "fast": {"precision": "bf16", "fast_path": "on", "compile": True},
+    "fast-nocompile": {"precision": "bf16", "fast_path": "on", "compile": False},
+    "fast-recompute": {"precision": "bf16", "fast_path": "on", "compile": True, "recompute": True},
+    "eager": {"precision": "fp32", "fast_path": "off"},
 }
+
+
+def path_runtime(path: str, device: torch.device) -> Runtime:
+    """The :class:`Runtime` of the execution path ``path`` (a key of :data:`PATHS`) on ``device``."""
+    return Runtime.resolve(str(device), **PATHS[path])
+
+
+def build_model(config, runtime: Runtime) -> SHARNN:
+    """A ``TrainConfig``'s model, initialised from its seed and prepared by ``runtime``."""
+    torch.manual_seed(config.seed)
+    return runtime.prepare(SHARNN(config.model))
+
+
+def start_measurement(config, path: str, device: torch.device) -> tuple[Runtime, SHARNN]:
+    """The start of every measurement of a model: the peak-memory counter reset, then the
+    runtime of ``path`` and the config's model prepared by it."""
+    reset_peak_memory(device)
+    runtime = path_runtime(path, device)
+    return runtime, build_model(config, runtime)
 
 
 def random_windows(T: int, B: int, count: int, device: torch.device, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -144,6 +180,27 @@ def warmup_windows(config) -> int:
     return fill + 3
 
 
+DATA_WINDOWS = 4  # distinct random windows a timed loop cycles through
+
+
+def time_windows(config, streams: int, device: torch.device, step: Callable[[torch.Tensor, torch.Tensor], object],
+                 steps: int, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` repeats of ``steps`` calls ``step(inputs, targets)``,
+    after :func:`warmup_windows` untimed calls; the windows ``[T = bptt, streams]`` cycle
+    through :data:`DATA_WINDOWS` windows of :func:`random_windows`, in order."""
+    windows = random_windows(config.bptt, streams, DATA_WINDOWS, device)
+    done = 0
+
+    def run(n: int) -> None:
+        nonlocal done
+        for _ in range(n):
+            step(*windows[done % DATA_WINDOWS])
+            done += 1
+
+    run(warmup_windows(config))
+    return time_repeats(lambda: run(steps), device, repeats)
+
+
 def release_memory(device: torch.device) -> None:
     """Free what earlier measurements left: unreachable tensors and the CUDA cache."""
     gc.collect()
@@ -153,10 +210,7 @@ def release_memory(device: torch.device) -> None:
 
 def measure_or_oom(measure: Callable[[], dict], device: torch.device) -> dict:
     """``measure()`` with ``status: "ok"``, or ``{"status": "OOM"}`` when it runs out of
-    device memory; either way its memory is released before returning. Compiled graphs
-    are dropped first, so that every measurement compiles its own (and never hits
-    dynamo's recompile limit, which would silently fall back to eager)."""
-    torch._dynamo.reset()
+    device memory; either way its memory is released before returning."""
     release_memory(device)
     try:
         result = {"status": "ok"} | measure()
@@ -177,3 +231,22 @@ def parse_args_with_overrides(parser: argparse.ArgumentParser, argv: list[str] |
     args = parser.parse_args([a for a in argv if not _OVERRIDE.match(a)])
     args.overrides = [a for a in argv if _OVERRIDE.match(a)]
     return args
+
+
+def add_throughput_options(parser: argparse.ArgumentParser, json_default: str, overrides_help: str) -> None:
+    """The options both throughput scripts end with: ``--repeats``, ``--json`` and the
+    trailing ``key=value`` overrides."""
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", default=None, help=f"results file [default: benchmarks/results/{json_default}]")
+    parser.add_argument("overrides", nargs="*", help=overrides_help)
+
+
+def parse_throughput_args(parser: argparse.ArgumentParser, presets: Callable[[argparse.Namespace], list[str]]):
+    """Parse (:func:`parse_args_with_overrides`), then resolve ``--device`` and load every
+    preset of ``presets(args)`` with the overrides; a bad one is a usage error.
+    Returns ``(args, device, {preset: TrainConfig})``."""
+    args = parse_args_with_overrides(parser)
+    try:
+        return args, resolve_device(args.device), {p: load_config(p, args.overrides) for p in presets(args)}
+    except ConfigError as e:
+        parser.error(str(e))

@@ -28,7 +28,7 @@ GPU (from the repository root; ``enwik8-head`` is bundled, ``data/enwik8`` needs
     PYTHONPATH=src python benchmarks/quality_at_budget.py --device cuda --preset enwik8-paper \\
         --preset enwik8-paper-4head --preset enwik8-paper-noattn --data data/enwik8 --minutes 30
     PYTHONPATH=src python benchmarks/quality_at_budget.py --device cuda --preset enwik8-paper \\
-        --data enwik8-head --minutes 10 --set "batch_size=16" --set "batch_size=32 lr=0.003"
+        --data enwik8-head --minutes 10 --set "train_streams=16" --set "train_streams=32 lr=0.003"
 
 CPU, the tiny preset for 10 minutes on the bundled corpus::
 
@@ -42,16 +42,16 @@ after every run, so a long comparison keeps what it finished); run folders in a 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from common import RESULTS, environment, print_table, write_json
+from common import RESULTS, environment, print_table, read_metrics, write_json
 from sharnn import load_config
 from sharnn.errors import SharnnError, TrainingDiverged
-from sharnn.train import resolve_device, train
+from sharnn.runtime import resolve_device
+from sharnn.train import train
 
 # Set before the user's overrides, so that the budget is what stops a run.
 BUDGET_DEFAULTS = ["max_steps=0", "epochs=1000", "sample_bytes=0"]
@@ -74,11 +74,6 @@ def fresh_folder(out: str | None) -> Path:
     return folder
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 def stop_reason(config, summary: dict) -> str:
     """What ended the run: ``max_steps``, ``epochs`` or else the ``budget``."""
     if config.max_steps > 0 and summary["steps"] >= config.max_steps:
@@ -95,7 +90,7 @@ def run_result(name: str, preset: str, settings: str, overrides: list[str], conf
     rates = [r["tokens_per_s"] for r in records if r["split"] == "train" and "tokens_per_s" in r]
     return {
         "name": name, "preset": preset, "settings": settings, "overrides": overrides, "run_dir": str(run_dir),
-        "data": config.data, "batch_size": config.batch_size, "bptt": config.bptt,
+        "data": config.data, "train_streams": config.train_streams, "bptt": config.bptt,
         "budget_seconds": config.max_seconds, "valid_every_steps": config.valid_every_steps,
         "steps": summary["steps"], "train_seconds": summary["train_seconds"], "stopped_by": stop_reason(config, summary),
         "tokens_per_s": statistics.median(rates) if rates else None,

@@ -14,7 +14,7 @@ from helpers import SUBPROCESS_ENV, write_small_corpus
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 TINY_MODEL = ["model.d_model=32", "model.boom_dim=64", "model.attention_span=48"]
-CHECK_ARGS = ["--device", "cpu", "--no-compile", "--windows", "4", "--batch-size", "2", "--bptt", "16", *TINY_MODEL]
+CHECK_ARGS = ["--device", "cpu", "--no-compile", "--windows", "4", "--streams", "2", "--bptt", "16", *TINY_MODEL]
 
 # Runs check_fast_path.py with the fast path's bottom-right causal mask replaced by the
 # top-left one (what is_causal=True gives when the keys outnumber the queries).
@@ -42,7 +42,7 @@ def test_check_fast_path_passes_and_writes_json(tmp_path):
 
     result = json.loads(out.read_text())
     assert result["passed"] is True and result["compile"] is False
-    assert result["batch_size"] == 2 and result["bptt"] == 16
+    assert result["streams"] == 2 and result["bptt"] == 16
     windows = result["outputs"]["windows"]
     assert [w["window"] for w in windows] == [1, 2, 3, 4]
     assert [w["memory_read"] for w in windows] == [0, 16, 32, 32]  # span 48 - bptt 16 = 32: full, then cut
@@ -78,7 +78,7 @@ def test_quality_at_budget_runs_each_setting_for_the_budget(tmp_path):
     command = [
         sys.executable, BENCHMARKS / "quality_at_budget.py", "--device", "cpu", "--minutes", "0.04", "--valid-every", "5",
         "--data", data, "--out", out, "--json", result_file, "--set", "lr=0.002", "--set", "lr=0.003",
-        *TINY_MODEL, "bptt=16", "batch_size=4", "valid_streams=4", "test_streams=2", "log_every_steps=2", "warmup_steps=5",
+        *TINY_MODEL, "bptt=16", "train_streams=4", "valid_streams=4", "test_streams=2", "log_every_steps=2", "warmup_steps=5",
     ]
     done = run(command)
     assert done.returncode == 0, done.stdout + done.stderr

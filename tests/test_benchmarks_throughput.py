@@ -46,16 +46,16 @@ def check_rows(rows: list[dict], rate: str, repeats: int) -> None:
 def test_train_throughput_runs_and_writes_json(tmp_path, paths):
     out = tmp_path / "train.json"
     stdout = run_script(
-        "train_throughput.py", "--presets", "tiny", "--batch-sizes", "2", "--steps", "1", "--repeats", "2",
+        "train_throughput.py", "--presets", "tiny", "--streams", "2", "--steps", "1", "--repeats", "2",
         "--json", str(out), "--paths", *paths, *TINY,  # overrides may follow a list option
     )
-    assert "preset  batch" in stdout and "tokens/s" in stdout and "model/floor" in stdout
+    assert "preset  streams" in stdout and "tokens/s" in stdout and "model/floor" in stdout
     assert "targets not judged" in stdout  # overrides change the presets
     result = json.loads(out.read_text())
     assert result["environment"]["device"] == "cpu"
     assert result["args"]["overrides"] == TINY and result["targets"] == []
     rows = result["rows"]
-    assert [(r["preset"], r["batch"], r["path"]) for r in rows] == [("tiny", 2, p) for p in ["floor", *paths]]
+    assert [(r["preset"], r["streams"], r["path"]) for r in rows] == [("tiny", 2, p) for p in ["floor", *paths]]
     check_rows(rows, "tokens_per_s", repeats=2)
     for row in rows[1:]:
         assert row["floor_ratio"] > 0 and row["last_loss"] > 0
@@ -65,21 +65,21 @@ def test_train_throughput_runs_and_writes_json(tmp_path, paths):
 def test_inference_throughput_runs_and_writes_json(tmp_path):
     out = tmp_path / "inference.json"
     stdout = run_script(
-        "inference_throughput.py", "--preset", "tiny", "--eval-batches", "2", "--gen-batches", "1", "2",
+        "inference_throughput.py", "--preset", "tiny", "--eval-streams", "2", "--gen-streams", "1", "2",
         "--gen-bytes", "3", "--steps", "1", "--repeats", "2", "--json", str(out),
         "--paths", "fast-nocompile", "eager", *TINY,
     )
-    assert "batch  " in stdout and "tokens/s" in stdout and "bytes/s/stream" in stdout
+    assert stdout.count("\nstreams  ") == 2 and "tokens/s" in stdout and "bytes/s/stream" in stdout  # both tables
     result = json.loads(out.read_text())
     assert result["args"]["gen_bytes"] == 3 and result["targets"] == []
-    assert [(r["batch"], r["path"]) for r in result["eval"]] == [(2, "fast-nocompile"), (2, "eager")]
-    assert [(r["batch"], r["path"]) for r in result["generation"]] == [
+    assert [(r["streams"], r["path"]) for r in result["eval"]] == [(2, "fast-nocompile"), (2, "eager")]
+    assert [(r["streams"], r["path"]) for r in result["generation"]] == [
         (b, p) for b in (1, 2) for p in ("fast-nocompile", "eager")
     ]
     check_rows(result["eval"], "tokens_per_s", repeats=2)
     check_rows(result["generation"], "bytes_per_s", repeats=2)
     for row in result["generation"]:
-        assert row["bytes_per_s_per_stream"] == pytest.approx(row["bytes_per_s"] / row["batch"])
+        assert row["bytes_per_s_per_stream"] == pytest.approx(row["bytes_per_s"] / row["streams"])
 
 
 def test_out_of_memory_is_recorded_and_the_run_goes_on(benchmark_modules):
@@ -95,24 +95,24 @@ def test_out_of_memory_is_recorded_and_the_run_goes_on(benchmark_modules):
 def test_targets_are_judged_only_for_rows_that_exist(benchmark_modules):
     _, train, inference = benchmark_modules
     rows = [
-        {"preset": "enwik8-paper", "batch": 16, "path": "fast", "tokens_per_s": 200_000.0, "floor_ratio": 1.6, "speedup_vs_eager": 5.0},
-        {"preset": "enwik8-paper", "batch": 16, "path": "eager", "tokens_per_s": 40_000.0, "floor_ratio": 8.0},
-        {"preset": "enwik8-paper", "batch": 64, "path": "fast", "status": "OOM"},
+        {"preset": "enwik8-paper", "streams": 16, "path": "fast", "tokens_per_s": 200_000.0, "floor_ratio": 1.6, "speedup_vs_eager": 5.0},
+        {"preset": "enwik8-paper", "streams": 16, "path": "eager", "tokens_per_s": 40_000.0, "floor_ratio": 8.0},
+        {"preset": "enwik8-paper", "streams": 64, "path": "fast", "status": "OOM"},
     ]
     verdicts = {t["target"]: t["pass"] for t in train.judge_targets(rows)}
     assert verdicts == {
-        "enwik8-paper batch 16 fast >= 150,000 tokens/s": True,
-        "enwik8-paper batch 16 fast model/floor <= 1.5": False,
-        "enwik8-paper batch 64 fast >= 400,000 tokens/s": None,  # OOM: not measured
-        "enwik8-paper batch 16 fast >= 4x eager": True,
+        "enwik8-paper 16 streams fast >= 150,000 tokens/s": True,
+        "enwik8-paper 16 streams fast model/floor <= 1.5": False,
+        "enwik8-paper 64 streams fast >= 400,000 tokens/s": None,  # OOM: not measured
+        "enwik8-paper 16 streams fast >= 4x eager": True,
     }
     gen_rows = [
-        {"batch": 1, "path": "fast", "bytes_per_s": 2_500.0},
-        {"batch": 1, "path": "eager", "bytes_per_s": 300.0},
-        {"batch": 64, "path": "fast-nocompile", "bytes_per_s": 40_000.0},
+        {"streams": 1, "path": "fast", "bytes_per_s": 2_500.0},
+        {"streams": 1, "path": "eager", "bytes_per_s": 300.0},
+        {"streams": 64, "path": "fast-nocompile", "bytes_per_s": 40_000.0},
     ]
     verdicts = {t["target"]: t["pass"] for t in inference.judge_targets(gen_rows)}
     assert verdicts == {
-        "generation fast batch 1 >= 2,000 bytes/s": True,
-        "generation fast-nocompile batch 64 >= 50,000 bytes/s": False,
+        "generation fast 1 stream >= 2,000 bytes/s": True,
+        "generation fast-nocompile 64 streams >= 50,000 bytes/s": False,
     }
