@@ -450,6 +450,18 @@ def test_eval_and_generate_refuse_settings_out_of_range_with_one_line(run_dir):
     assert_user_error(cli("eval", run_dir, "--device", "tpu"), "tpu")
 
 
+@pytest.mark.parametrize(
+    "args, fragment",
+    [(["generate", "RUN", "--top-k", "-1"], "--top-k"), (["eval", "RUN", "--streams", "0"], "--streams"),
+     (["eval", "RUN", "--split", "train"], "--split"), (["eval"], "CHECKPOINT"), (["bogus"], "bogus"),
+     (["train", "--bogus"], "--bogus"), (["--bogus"], "--bogus")],
+)
+def test_usage_errors_are_one_line_with_status_2(run_dir, args, fragment):
+    result = cli(*[run_dir if a == "RUN" else a for a in args])
+    assert_user_error(result, fragment, "--help")
+    assert result.exit_code == 2
+
+
 def test_eval_file_errors(tmp_path, run_dir):
     assert_user_error(cli("eval", run_dir, "--file", tmp_path / "missing.txt"), "missing.txt")
     tiny = tmp_path / "one-byte.txt"

@@ -1,7 +1,8 @@
 """The ``sharnn`` command line: prepare, train, eval, generate, info.
 
 User errors (bad config, missing file, wrong checksum, incompatible checkpoint, ...)
-print one ``error:`` line and exit with status 1; usage errors exit with status 2.
+print one ``error:`` line and exit with status 1; usage errors (an unknown option, an
+option value out of its range) print one ``error:`` line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ from .errors import Interrupted, SharnnError
 
 
 class _Group(click.Group):
+    """Turns the errors a user can cause into one line and an exit status."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as e:  # the group's own options, e.g. `sharnn --bogus`
+            _usage_error(e)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -27,9 +36,17 @@ class _Group(click.Group):
         except SharnnError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
+        except click.UsageError as e:
+            _usage_error(e)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+
+
+def _usage_error(e: click.UsageError):
+    hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+    click.echo(f"error: {e.format_message()}{hint}", err=True)
+    sys.exit(2)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
