@@ -333,11 +333,11 @@ def check_training(configs: dict, steps: int) -> dict:
         "steps": steps,
         "block_steps": TRAIN_BLOCK_STEPS,
         "final_steps": final,
-        "eager": {"loss_nats": eager_losses, "block_mean_bits": [x / math.log(2) for x in eager_blocks],
+        "eager": {"loss_nats": eager_losses, "block_mean_bpc": [x / math.log(2) for x in eager_blocks],
                   "final_mean_nats": eager_final, "seconds": eager_seconds, "tokens_per_s": eager_rate},
-        "fast": {"loss_nats": fast_losses, "block_mean_bits": [x / math.log(2) for x in fast_blocks],
+        "fast": {"loss_nats": fast_losses, "block_mean_bpc": [x / math.log(2) for x in fast_blocks],
                  "final_mean_nats": fast_final, "seconds": fast_seconds, "tokens_per_s": fast_rate},
-        "max_block_diff_bits": max(abs(a - b) for a, b in zip(eager_blocks, fast_blocks)) / math.log(2),
+        "max_block_diff_bpc": max(abs(a - b) for a, b in zip(eager_blocks, fast_blocks)) / math.log(2),
         "final_diff_nats": final_diff,
         "final_tolerance_nats": TRAIN_FINAL_TOL_NATS,
         "all_finite": finite,
@@ -370,12 +370,12 @@ def print_training(training: dict, steps: int, compile: bool) -> None:
     block_rows = [
         {"steps": f"{i * TRAIN_BLOCK_STEPS + 1}-{min((i + 1) * TRAIN_BLOCK_STEPS, steps)}",
          "eager": e, "fast": f, "diff": f - e}
-        for i, (e, f) in enumerate(zip(training["eager"]["block_mean_bits"], training["fast"]["block_mean_bits"]))
+        for i, (e, f) in enumerate(zip(training["eager"]["block_mean_bpc"], training["fast"]["block_mean_bpc"]))
     ]
-    print_table(block_rows, [("steps", "steps", ""), ("eager", "eager bits", ".4f"), ("fast", "fast bits", ".4f"),
+    print_table(block_rows, [("steps", "steps", ""), ("eager", "eager BPC", ".4f"), ("fast", "fast BPC", ".4f"),
                              ("diff", "fast - eager", "+.4f")])
     eager, fast = training["eager"], training["fast"]
-    print(f"max |block difference| {training['max_block_diff_bits']:.4f} bits; final {training['final_steps']}-step "
+    print(f"max |block difference| {training['max_block_diff_bpc']:.4f} BPC; final {training['final_steps']}-step "
           f"mean eager {eager['final_mean_nats']:.4f} nats, fast {fast['final_mean_nats']:.4f} nats, difference "
           f"{training['final_diff_nats']:+.4f} (limit +-{TRAIN_FINAL_TOL_NATS}); {eager['seconds']:.1f} s eager, "
           f"{fast['seconds']:.1f} s fast (training wall clock, the final validation"

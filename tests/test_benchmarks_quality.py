@@ -56,7 +56,7 @@ def test_check_fast_path_passes_and_writes_json(tmp_path):
     assert training["steps"] == 30 and training["passed"] and training["all_finite"]
     for path in ("eager", "fast"):
         assert len(training[path]["loss_nats"]) == 30
-        assert len(training[path]["block_mean_bits"]) == 2  # steps 1-25 and 26-30
+        assert len(training[path]["block_mean_bpc"]) == 2  # steps 1-25 and 26-30
         assert all(math.isfinite(x) for x in training[path]["loss_nats"])
     assert abs(training["final_diff_nats"]) <= training["final_tolerance_nats"]
 
