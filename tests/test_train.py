@@ -240,11 +240,23 @@ def two_epoch_reference(tmp_path_factory, two_epoch_data):
     return out
 
 
-@pytest.mark.parametrize("where", ["mid-epoch-1", "last-step-of-epoch-1", "first-step-of-epoch-2", "mid-epoch-2"])
-def test_a_stop_anywhere_across_epochs_resumes_exactly(tmp_path, two_epoch_data, two_epoch_reference, where):
-    """A stop requested by ``should_stop`` at a chosen step around the epoch boundary, with
-    jittered windows and dropout: the run saves that step and raises Interrupted, as on
-    Ctrl-C; resuming ends exactly like the run that was never stopped."""
+def ctrl_c() -> bool:
+    """A real Ctrl-C (SIGINT, raised in this process): the trainer's handler turns it into
+    a stop after the step; the hook itself asks for nothing."""
+    signal.raise_signal(signal.SIGINT)
+    return False
+
+
+@pytest.mark.parametrize(
+    "how, where",
+    [("should_stop", w) for w in ("mid-epoch-1", "last-step-of-epoch-1", "first-step-of-epoch-2", "mid-epoch-2")]
+    + [("ctrl-c", "last-step-of-epoch-1"), ("ctrl-c", "mid-epoch-2")],
+)
+def test_a_stop_anywhere_across_epochs_resumes_exactly(tmp_path, two_epoch_data, two_epoch_reference, how, where):
+    """A stop at a chosen step around the epoch boundary, with jittered windows and
+    dropout, asked for by ``should_stop`` or by a real Ctrl-C during that step: the run
+    saves that step and raises Interrupted; resuming ends exactly like the run that was
+    never stopped."""
     records = metrics(two_epoch_reference)
     boundary = max(r["step"] for r in records if r["split"] == "train" and r["epoch"] == 0)  # last step of epoch 1
     total = max(r["step"] for r in records if r["split"] == "train")
@@ -253,8 +265,9 @@ def test_a_stop_anywhere_across_epochs_resumes_exactly(tmp_path, two_epoch_data,
                "mid-epoch-2": total - 3}[where]
     config = load_config("tiny", SMALL + TWO_EPOCHS + [f"data={two_epoch_data}"])
     run_dir = tmp_path / "run"
+    ask = (lambda: True) if how == "should_stop" else ctrl_c
     with pytest.raises(Interrupted, match=rf"interrupted at step {stop_at}; continue with: sharnn train --resume"):
-        train(config, run_dir, quiet=True, should_stop=lambda progress: progress.step == stop_at)
+        train(config, run_dir, quiet=True, should_stop=lambda progress: progress.step == stop_at and ask())
     assert checkpoint_step(run_dir / "latest") == stop_at
 
     train(config, run_dir, resume=True, quiet=True)
@@ -262,6 +275,36 @@ def test_a_stop_anywhere_across_epochs_resumes_exactly(tmp_path, two_epoch_data,
     # logged every step, so every step's training loss is compared too
     ours = [(r["step"], r["epoch"], r["lr"], r["bpc"]) for r in metrics(run_dir) if r["split"] == "train"]
     assert ours == [(r["step"], r["epoch"], r["lr"], r["bpc"]) for r in records if r["split"] == "train"]
+
+
+def test_ctrl_c_during_a_validation_stops_at_that_step(tmp_path, corpus_file, monkeypatch):
+    """The signal arrives while the step's validation runs: the step is saved and the run
+    stops there, without training another step."""
+    config = load_config("tiny", RESUMABLE + [f"data={corpus_file}"])
+    real_evaluate = train_module.evaluate
+
+    def evaluate_then_ctrl_c(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate", evaluate_then_ctrl_c)
+    with pytest.raises(Interrupted, match="interrupted at step 8;"):  # the first validation
+        train(config, tmp_path / "run", quiet=True)
+    assert checkpoint_step(tmp_path / "run" / "latest") == 8
+
+
+def test_a_second_ctrl_c_interrupts_at_once_without_saving(tmp_path, corpus_file):
+    config = load_config("tiny", SMALL + [f"data={corpus_file}"])
+
+    def twice(progress) -> bool:
+        if progress.step == 3:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        train(config, tmp_path / "run", quiet=True, should_stop=twice)
+    assert not (tmp_path / "run" / "latest").exists()  # the first checkpoint is at step 4
 
 
 def test_resume_of_a_finished_run_redoes_the_test_only(tmp_path, reference_run):

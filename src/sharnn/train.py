@@ -159,7 +159,8 @@ class TrainingState:
         """Restore what :meth:`state_dict` returned, RNG states included.
 
         Raises:
-            RuntimeError, KeyError, ValueError: a state that does not fit this model.
+            RuntimeError, KeyError, ValueError, TypeError: a state that does not fit this
+                model or this version's layout.
         """
         trainer = state["trainer"]
         self.model.load_state_dict(state["model"])
@@ -207,7 +208,7 @@ def train(
     """
     trainer = Trainer(config, run_dir, resume=resume, quiet=quiet)
     progress = trainer.state.progress
-    with _StopRequest(should_stop) as stop_requested, trainer.progress_bar():
+    with _StopRequest(should_stop) as stop_requested, trainer.bar:
         while not progress.finished:
             epoch_ended = trainer.train_window()
             if epoch_ended:
@@ -219,6 +220,9 @@ def train(
                 trainer.check_finite(weights=True)
                 improved = trainer.validate() if validate else False
                 trainer.save(best=improved)
+                if validate:  # it and the save took time too: max_seconds may be spent now
+                    progress.finished = out_of_budget(config, progress)
+                stop = stop or stop_requested.sigint  # Ctrl-C during the validation or the save
             if stop:
                 raise trainer.interrupted()
     return trainer.finish()
@@ -247,7 +251,9 @@ class Trainer:
         self.log_steps = self.log_tokens = 0
         self.log_start = time.perf_counter()
         self.clock_start = time.perf_counter() - self.state.progress.elapsed
-        self.bar = None
+        rows, progress = self.batched.shape[0], self.state.progress
+        self.bar = tqdm(total=config.epochs * (rows - 1), initial=progress.epoch * (rows - 1) + progress.row,
+                        unit="B", unit_scale=True, disable=True if quiet else None, desc="train", dynamic_ncols=True)
 
     def _create_run_folder(self) -> None:
         if self.run_dir.exists():
@@ -275,12 +281,6 @@ class Trainer:
     def say(self, message: str) -> None:
         if not self.quiet:
             tqdm.write(message, file=sys.stderr)
-
-    def progress_bar(self) -> tqdm:
-        rows, progress = self.batched.shape[0], self.state.progress
-        self.bar = tqdm(total=self.config.epochs * (rows - 1), initial=progress.epoch * (rows - 1) + progress.row,
-                        unit="B", unit_scale=True, disable=True if self.quiet else None, desc="train", dynamic_ncols=True)
-        return self.bar
 
     def due(self, every: int) -> bool:
         """Whether a periodic event of period ``every`` steps (0: never) falls on this step."""
@@ -443,7 +443,8 @@ class _StopRequest:
         return self
 
     def __call__(self, progress: Progress) -> bool:
-        return self.sigint or (self.should_stop is not None and bool(self.should_stop(progress)))
+        asked = self.should_stop is not None and bool(self.should_stop(progress))
+        return asked or self.sigint
 
     def _handle(self, signum, frame):
         if self.sigint:
