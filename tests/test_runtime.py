@@ -33,8 +33,10 @@ def pretend_cuda(monkeypatch):
 
 
 def test_on_cpu_auto_means_fp32_on_the_eager_path():
-    runtime = Runtime.resolve()
+    runtime = Runtime.resolve("cpu")
     assert runtime == Runtime(CPU, None, fast_path=False, compile=False, recompute=False)
+    if not torch.cuda.is_available():
+        assert Runtime.resolve() == runtime
     assert runtime.describe() == "cpu, fp32, eager reference path"
     assert Runtime.resolve("cpu", "bf16").autocast_dtype == torch.bfloat16
 
@@ -56,6 +58,10 @@ def test_fast_path_setting_auto_means_cuda_only(pretend_cuda):
 def test_settings_that_cannot_run_here_are_refused():
     with pytest.raises(ConfigError, match="fp16 needs CUDA"):
         Runtime.resolve("cpu", "fp16")
+    with pytest.raises(ConfigError, match="precision must be one of"):
+        Runtime.resolve("cpu", "fp8")
+    with pytest.raises(ConfigError, match="fast_path one of"):
+        Runtime.resolve("cpu", fast_path="sometimes")
     for name, fragment in [("tpu", "tpu"), ("not a device", "unknown device")]:
         with pytest.raises(ConfigError, match=fragment):
             resolve_device(name)
@@ -80,7 +86,7 @@ def test_one_autocast_context():
 
 
 def test_for_training_reads_the_config():
-    config = load_config("tiny", SMALL + ["precision=bf16", "fast_path=on", "compile=false", "recompute=true"])
+    config = load_config("tiny", SMALL + ["device=cpu", "precision=bf16", "fast_path=on", "compile=false", "recompute=true"])
     assert Runtime.for_training(config) == Runtime(CPU, torch.bfloat16, fast_path=True, compile=False, recompute=True)
 
 

@@ -1,8 +1,8 @@
 """Where and how a model runs: the device, the precision and the fast path.
 
 Training, evaluation, generation and the benchmarks each resolve one :class:`Runtime` and
-go through it; nothing else picks a device, writes an autocast context or sets up the
-fast path (docs/model.md, "Execution").
+go through it for the device, the autocast context and the set-up of the fast path
+(docs/model.md, "Execution").
 
 The fast path computes the reference's function up to bf16 rounding: the attention
 through ``scaled_dot_product_attention`` with the memory stored in bf16, optionally the
@@ -16,8 +16,8 @@ import contextlib
 from dataclasses import dataclass
 
 import torch
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
+from .config import FAST_PATH, PRECISIONS
 from .errors import ConfigError
 from .model import SHARNN
 
@@ -55,8 +55,9 @@ class Runtime:
         device: where the model and its batches live.
         autocast_dtype: bf16 or fp16 autocast, or None for plain fp32.
         fast_path: SDPA attention with the memory in bf16 (else the eager reference).
-        compile: ``torch.compile`` of every attention and feed-forward sub-layer (only
-            with the fast path); the LSTMs and the attention kernel stay outside.
+        compile: ``torch.compile`` of every attention and feed-forward sub-layer (which
+            :meth:`resolve` turns on only with the fast path); the LSTMs and the attention
+            kernel stay outside.
         recompute: recompute the sub-layers' activations in the backward pass instead of
             storing them (less memory, about one more forward of them).
     """
@@ -76,8 +77,11 @@ class Runtime:
         autocast on CUDA and fp32 elsewhere, ``fast_path`` auto means on with CUDA.
 
         Raises:
-            ConfigError: an unavailable device, or fp16 without CUDA.
+            ConfigError: an unknown setting, an unavailable device, or fp16 without CUDA.
         """
+        if precision not in PRECISIONS or fast_path not in FAST_PATH:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)} and fast_path one of "
+                              f"{', '.join(FAST_PATH)}, got {precision!r} and {fast_path!r}")
         resolved = resolve_device(device)
         cuda = resolved.type == "cuda"
         if precision == "fp16" and not cuda:
@@ -104,7 +108,9 @@ class Runtime:
         model.to(self.device)
         if self.fast_path:
             model.set_attn_implementation("sdpa", memory_dtype=torch.bfloat16)
-        if self.recompute:
+        if self.recompute:  # PyTorch's activation checkpointing, as torchtune and torchtitan apply it
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
             sublayers = {id(m) for m in model.sublayers()}
             apply_activation_checkpointing(model, check_fn=lambda module: id(module) in sublayers)
         if self.compile:
