@@ -521,6 +521,19 @@ def test_parameter_counts_follow_the_per_component_formulas(attention, n_attenti
     assert model.num_parameters(collapsed=True) == formula_count(1024, 4096, 4, n_attention, collapsed=True)
 
 
+def test_parameter_counts_by_part_add_up_to_the_total():
+    d, F_ = 1024, 4096
+    model = meta_model()
+    assert model.parameter_counts() == {
+        "embedding + output bias": V * d + V,
+        "lstm": 4 * (8 * d * d + 8 * d),
+        "attention": (d * d + d) + 2 * d + 3 * d + (2 * d * d + 2 * d),  # query, LN_q, gates, value-gate network
+        "boom": 4 * (d * F_ + F_),
+        "layernorm": 4 * 3 * 2 * d + 2 * 2 * d,  # start/ff/xff in every block, mid/mem in the attention block
+    }
+    assert sum(model.parameter_counts().values()) == model.num_parameters()
+
+
 # ----------------------------------------------------------------------------- collapse
 
 

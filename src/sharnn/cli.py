@@ -233,14 +233,9 @@ def info(target):
         model = SHARNN(config.model)
     click.echo(to_yaml(config).rstrip())
     click.echo("")
-    groups: dict[str, int] = {}
-    for name, p in model.named_parameters():
-        kind = next((k for k in ("attention", "lstm", "boom") if f".{k}." in name), None)
-        if kind is None:
-            kind = "layernorm" if ".ln_" in name else "embedding + output bias"
-        groups[kind] = groups.get(kind, 0) + p.numel()
-    for kind, count in groups.items():
-        click.echo(f"  {kind:<24} {count:>14,}")
+    for part, count in model.parameter_counts().items():
+        if count:
+            click.echo(f"  {part:<24} {count:>14,}")
     total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)
     click.echo(f"parameters: {total:,} trainable ({total / 1e6:.2f}M), {collapsed:,} collapsed ({collapsed / 1e6:.2f}M)")
 

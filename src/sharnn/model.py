@@ -525,6 +525,18 @@ class SHARNN(nn.Module):
         self.config.collapsed = True
         return self
 
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters per part: the embedding with the output bias, the LSTMs, the
+        attention heads (their query LayerNorm included), the Booms and the other
+        LayerNorms. They add up to :meth:`num_parameters`."""
+        counts, seen = {}, set()
+        for part, kind in (("lstm", nn.LSTM), ("attention", Attention), ("boom", Boom), ("layernorm", nn.LayerNorm)):
+            params = [p for m in self.modules() if isinstance(m, kind) for p in m.parameters() if id(p) not in seen]
+            seen.update(id(p) for p in params)
+            counts[part] = sum(p.numel() for p in params)
+        rest = sum(p.numel() for p in self.parameters() if id(p) not in seen)
+        return {"embedding + output bias": rest} | counts
+
     def num_parameters(self, collapsed: bool = False) -> int:
         """Number of parameters, the tied embedding counted once. With ``collapsed``, the
         count after :meth:`collapse` (each value-gate network, ``2d^2 + 2d``, replaced by
