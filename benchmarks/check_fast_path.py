@@ -78,9 +78,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import environment, print_table, random_windows, read_metrics, write_json
+from common import environment, parse_args_with_overrides, print_table, random_windows, read_metrics, write_json
 from sharnn import SHARNN, load_config
-from sharnn.errors import ConfigError
+from sharnn.errors import ConfigError, TrainingDiverged
 from sharnn.model import Attention
 from sharnn.runtime import Runtime, resolve_device
 from sharnn.train import train
@@ -306,11 +306,15 @@ def training_configs(preset: str, overrides: list[str], device: torch.device, st
 def train_run(config, run_dir: Path) -> tuple[list[float], float, float]:
     """One ``sharnn.train.train`` run of ``config`` into ``run_dir``: its per-step training
     losses (nats, from ``metrics.jsonl``), its training seconds (``summary.json``) and
-    tokens/s (the median of its logged steps)."""
-    summary = train(config, run_dir, quiet=True)
+    tokens/s (the median of its logged steps). A run that diverges ends its losses with a
+    NaN (so the check fails) and has NaN seconds."""
+    try:
+        seconds = train(config, run_dir, quiet=True)["train_seconds"]
+    except TrainingDiverged:
+        seconds = math.nan
     records = [r for r in read_metrics(run_dir) if r["split"] == "train"]
-    losses = [r["bpc"] * math.log(2) for r in records]
-    return losses, summary["train_seconds"], statistics.median(r["tokens_per_s"] for r in records)
+    losses = [r["bpc"] * math.log(2) for r in records] + ([math.nan] if math.isnan(seconds) else [])
+    return losses, seconds, statistics.median(r["tokens_per_s"] for r in records) if records else math.nan
 
 
 def block_means(values: list[float], size: int) -> list[float]:
@@ -394,7 +398,7 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="fast path without torch.compile")
     parser.add_argument("--json", default=None, help="results file [benchmarks/results/check_fast_path.json]")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides (model.d_model=32 ...)")
-    args = parser.parse_args()
+    args = parse_args_with_overrides(parser)
 
     options = {"train_streams": "--streams", "bptt": "--bptt"}
     for item in args.overrides:

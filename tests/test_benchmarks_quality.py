@@ -72,6 +72,16 @@ def test_check_fast_path_fails_with_a_top_left_mask(tmp_path):
     assert all("attention_row_rel_err" in w["failed"] for w in windows[1:])
 
 
+def test_check_fast_path_fails_when_training_diverges(tmp_path):
+    out = tmp_path / "check.json"
+    done = run([sys.executable, BENCHMARKS / "check_fast_path.py", *CHECK_ARGS, "--steps", "3", "--json", out,
+                "lr=1e38", "warmup_steps=0"])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "(b) training: FAIL" in done.stdout
+    training = json.loads(out.read_text())["training"]
+    assert training["all_finite"] is False and training["passed"] is False
+
+
 def test_quality_at_budget_runs_each_setting_for_the_budget(tmp_path):
     data = write_small_corpus(tmp_path / "small.txt")
     out, result_file = tmp_path / "runs", tmp_path / "quality.json"
