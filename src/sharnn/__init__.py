@@ -24,4 +24,4 @@ __all__ = [
     "SHARNN", "SHARNNConfig", "State", "MinTrustLAMB", "TrainConfig", "load_config", "Runtime", "TrainingState",
     "ByteTokenizer", "Corpus", "load_corpus", "EvalResult", "evaluate", "generate",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
