@@ -135,12 +135,16 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     or a run folder for its best checkpoint)."""
     from .checkpoint import load_model
     from .data import load_corpus, read_bytes
+    from .errors import ConfigError
     from .evaluate import evaluate
 
     model, config = load_model(checkpoint)
     runtime = _runtime(device, config.precision, fast_path)
     window = bptt or config.bptt
-    _check_option("--bptt", lambda: config.model.check_window(window))
+    try:
+        config.model.check_window(window)
+    except ConfigError as e:
+        raise ConfigError(f"--bptt: {e}") from None
     if file is not None:
         data, what, default_streams = read_bytes(file), str(file), config.test_streams
     else:
@@ -205,16 +209,6 @@ def _runtime(device: str, precision: str, fast_path: str):
     from .runtime import Runtime
 
     return Runtime.resolve(device, precision, fast_path)
-
-
-def _check_option(option: str, check) -> None:
-    """Run ``check``; a ConfigError it raises names ``option``."""
-    from .errors import ConfigError
-
-    try:
-        check()
-    except ConfigError as e:
-        raise ConfigError(f"{option}: {e}") from None
 
 
 @main.command()
