@@ -226,6 +226,21 @@ def test_missing_corpus_raises_data_error(tmp_path):
         load_corpus(str(tmp_path / "nope.txt"))
 
 
+def test_missing_corpus_says_what_may_be_given_and_how_to_prepare_enwik8(tmp_path):
+    with pytest.raises(DataError) as error:
+        load_corpus(str(tmp_path / "notes.txt"))
+    message = str(error.value)
+    assert message == (f"corpus not found: {str(tmp_path / 'notes.txt')!r} (give a file, a folder of files, a prepared "
+                       "corpus folder made by 'sharnn prepare', or a bundled name: enwik8-head)")
+    assert "\n" not in message and "sharnn prepare enwik8" not in message
+    enwik8 = str(tmp_path / "data" / "enwik8")
+    with pytest.raises(DataError) as error:
+        load_corpus(enwik8)
+    assert str(error.value) == (f"corpus not found: {enwik8!r} (give a file, a folder of files, a prepared corpus "
+                                "folder made by 'sharnn prepare', or a bundled name: enwik8-head; "
+                                f"for enwik8 run: sharnn prepare enwik8 --out {enwik8})")
+
+
 def test_empty_corpus_raises_data_error(tmp_path):
     (tmp_path / "empty.txt").write_bytes(b"")
     with pytest.raises(DataError):
@@ -258,6 +273,34 @@ def test_prepared_corpus_round_trips_and_is_memory_mapped(tmp_path):
     for name in ("train", "valid", "test"):
         assert isinstance(prepared.split(name), np.memmap)
         assert bytes(prepared.split(name)) == bytes(original.split(name))
+
+
+@pytest.mark.parametrize(
+    "size, fractions, message",
+    [
+        (3, (0.05, 0.05), "valid would get 0, test would get 0 (each split needs at least 2 bytes); "
+                          "use a larger source or larger --valid-fraction/--test-fraction"),
+        (39, (0.05, 0.05), "valid would get 1, test would get 1 (each split needs at least 2 bytes); "
+                           "use a larger source or larger --valid-fraction/--test-fraction"),
+        (5, (0.45, 0.45), "train would get 1 (each split needs at least 2 bytes); "
+                          "use a larger source or smaller --valid-fraction/--test-fraction"),
+    ],
+)
+def test_prepare_corpus_refuses_a_source_too_small_for_every_split(tmp_path, size, fractions, message):
+    source = tmp_path / "tiny.txt"
+    source.write_bytes(random_bytes(size))
+    out = tmp_path / "new" / "out"
+    with pytest.raises(DataError) as error:
+        prepare_corpus(source, out, *fractions)
+    assert str(error.value) == f"{source} is too small to split ({size} bytes): {message}"
+    assert "\n" not in str(error.value)
+    assert not out.exists() and not out.parent.exists()
+
+
+def test_prepare_corpus_accepts_the_smallest_source_that_gives_every_split_2_bytes(tmp_path):
+    (tmp_path / "small.txt").write_bytes(random_bytes(40))
+    out = prepare_corpus(tmp_path / "small.txt", tmp_path / "out")
+    assert [len(load_corpus(str(out)).split(name)) for name in ("train", "valid", "test")] == [36, 2, 2]
 
 
 # ----------------------------------------------------------------------------- enwik8 preparation

@@ -84,7 +84,8 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
     position with the given fractions.
 
     Raises:
-        DataError: if the corpus does not exist, cannot be read, or is empty.
+        DataError: if the corpus does not exist (with how to prepare it, for a path named
+            like enwik8), cannot be read, or is empty.
     """
     if spec in BUNDLED_CORPORA:
         resource = resources.files("sharnn") / "corpora" / BUNDLED_CORPORA[spec]
@@ -108,9 +109,10 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
     elif path.is_file():
         data = read_bytes(path)
     else:
+        enwik8 = f"; for enwik8 run: sharnn prepare enwik8 --out {spec}" if path.name.startswith("enwik8") else ""
         raise DataError(
-            f"corpus not found: {spec!r} (give a file, a folder, a prepared corpus folder, "
-            f"or one of: {', '.join(BUNDLED_CORPORA)}; for enwik8 run: sharnn prepare enwik8 --out {spec})"
+            f"corpus not found: {spec!r} (give a file, a folder of files, a prepared corpus folder made by "
+            f"'sharnn prepare', or a bundled name: {', '.join(BUNDLED_CORPORA)}{enwik8})"
         )
     if len(data) == 0:
         raise DataError(f"corpus {spec} is empty")
@@ -182,11 +184,20 @@ def prepare_corpus(source: str | Path, out: str | Path, valid_fraction: float = 
     """Turn any file or folder of files into a prepared, memory-mappable corpus folder.
 
     Raises:
-        DataError: the source does not exist or is empty; ``out`` already exists.
+        DataError: the source does not exist, or is too small for every split to get the
+            2 bytes it needs (one prediction); ``out`` already exists. Nothing is created then.
     """
     out = Path(out)
     _check_new_folder(out)
     corpus = load_corpus(str(source), valid_fraction, test_fraction)
+    sizes = {name: len(corpus.split(name)) for name in SPLITS}
+    small = [f"{name} would get {size}" for name, size in sizes.items() if size < 2]
+    if small:
+        fractions = "smaller" if sizes["train"] < 2 else "larger"
+        raise DataError(
+            f"{source} is too small to split ({sum(sizes.values()):,} bytes): {', '.join(small)} "
+            f"(each split needs at least 2 bytes); use a larger source or {fractions} --valid-fraction/--test-fraction"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
         meta = {"source": str(source), "name": Path(source).name, "valid_fraction": valid_fraction, "test_fraction": test_fraction}
