@@ -1,15 +1,27 @@
-"""What a run records: ``metrics.jsonl`` (one JSON object per train log, validation and
-test), the same scalars as TensorBoard events, and ``bpc.png``.
+"""What a run records: ``metrics.jsonl`` (one JSON object per train log, validation,
+test and settings change), the same numbers as TensorBoard events, and ``bpc.png``.
 
-Every record has ``split`` (train, valid or test), ``step`` and ``epoch``; train records
-add ``bpc`` (mean over the logged steps), ``lr``, ``grad_norm``, ``tokens_per_s`` and
-``seconds``; valid and test records ``bpc`` and ``nats`` (per byte).
+Every record has ``split`` (train, valid, test or config), ``step`` and ``epoch`` (the
+epochs done, a float such as 0.667; an int in older files); train records add ``bpc``
+(mean over the logged steps), ``lr``, ``grad_norm``, ``tokens_per_s`` and ``seconds``;
+valid and test records ``bpc`` and ``nats`` (per byte). The test record's step is that
+of the best checkpoint, the one tested.
+
+A ``config`` record marks a resumed run whose settings were changed: ``changes`` maps
+each changed setting to ``[old, new]``, e.g. ``{"split": "config", "step": 1200,
+"epoch": 2.0, "changes": {"lr": [0.002, 0.001], "max_steps": [1200, 1500]}}``. It goes
+to TensorBoard as the text ``config/changes`` ("lr: 0.002 -> 0.001", one line per
+setting) at its step, and is not plotted.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+UNIFORM_BPC = math.log2(256)  # 8 bits: the cost of guessing bytes uniformly
+WARMUP_FRACTION = 0.1  # train points in this first part of the steps may lie above the plot
 
 
 class MetricsLog:
@@ -38,10 +50,13 @@ class MetricsLog:
 
     def log(self, record: dict, extra_scalars: dict[str, float] | None = None) -> None:
         """Append ``record`` to metrics.jsonl and its numbers (and ``extra_scalars``, such
-        as trust ratios) to TensorBoard, as ``SPLIT/KEY`` at the record's step."""
+        as trust ratios) to TensorBoard, as ``SPLIT/KEY`` at the record's step; a config
+        record's changes as the text ``config/changes``."""
         self.history.append(record)
         with open(self.file, "a") as f:
             f.write(json.dumps(record) + "\n")
+        if record["split"] == "config":
+            self.tensorboard.add_text("config/changes", _describe_changes(record.get("changes") or {}), record["step"])
         for key, value in record.items():
             if key not in ("step", "split", "epoch") and isinstance(value, (int, float)):
                 self.tensorboard.add_scalar(f"{record['split']}/{key}", value, record["step"])
@@ -50,23 +65,11 @@ class MetricsLog:
         self.tensorboard.flush()
 
     def plot(self) -> None:
-        """Write ``bpc.png``: train and valid BPC against steps (atomically)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
+        """Write ``bpc.png``: train and valid BPC against steps, and the test BPC at the
+        best checkpoint's step once there is one (atomically)."""
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for split, style in (("train", "-"), ("valid", "o-")):
-            points = [(r["step"], r["bpc"]) for r in self.history if r["split"] == split]
-            if points:
-                ax.plot(*zip(*points), style, label=split, markersize=4)
-        ax.axhline(8.0, color="grey", linestyle=":", label="uniform (8 bits)")
-        ax.set(xlabel="step", ylabel="bits per byte", title=self.folder.name)
-        ax.set_ylim(bottom=0)
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
+        fig = _figure(self.history, self.folder.name)
         tmp = self.folder / ".bpc.png.tmp"
         fig.savefig(tmp, format="png", dpi=100)
         plt.close(fig)
@@ -74,6 +77,79 @@ class MetricsLog:
 
     def close(self) -> None:
         self.tensorboard.close()
+
+
+def _points(history: list[dict], split: str) -> list[tuple[float, float]]:
+    """The finite ``(step, bpc)`` of ``split``'s records, in order of step."""
+    points = [(r["step"], r.get("bpc")) for r in history if r.get("split") == split]
+    return sorted((s, b) for s, b in points if isinstance(b, (int, float)) and math.isfinite(b) and s is not None)
+
+
+def _y_range(history: list[dict]) -> tuple[float, float]:
+    """The BPC range worth seeing: from a little below the lowest train, valid or test
+    point to a little above the highest valid or test point and train point after the
+    first ``WARMUP_FRACTION`` of the steps (so a warm-up spike does not squash the rest);
+    ``(0, 8)`` when there is nothing to plot."""
+    train, valid, test = (_points(history, split) for split in ("train", "valid", "test"))
+    everything = train + valid + test
+    if not everything:
+        return 0.0, UNIFORM_BPC
+    steps = [s for s, _ in everything]
+    first, last = min(steps), max(steps)
+    after_warmup = [b for s, b in train if s > first + WARMUP_FRACTION * (last - first)]
+    if not after_warmup and not valid and not test:
+        after_warmup = [b for _, b in train]
+    low = min(b for _, b in everything)
+    high = max(after_warmup + [b for _, b in valid + test])
+    margin = max(0.05 * (high - low), 0.02 * high, 0.01)
+    return max(0.0, low - margin), high + margin
+
+
+def _figure(history: list[dict], title: str):
+    """The ``bpc.png`` figure of ``history`` (records of other splits, such as config,
+    are ignored)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for split, style in (("train", "-"), ("valid", "o-")):
+        points = _points(history, split)
+        if points:
+            ax.plot(*zip(*points), style, label=split, markersize=4)
+    tests = [point for r in history if r.get("split") == "test" for point in _points([r], "test")]
+    if tests:  # the last one logged: the test of the best checkpoint
+        step, bpc = tests[-1]
+        ax.plot([step], [bpc], "*", color="tab:red", markersize=13, markeredgecolor="black",
+                markeredgewidth=0.6, zorder=5, label=f"test {bpc:.4f}")
+    low, high = _y_range(history)
+    if low <= UNIFORM_BPC <= high:
+        ax.axhline(UNIFORM_BPC, color="grey", linestyle=":", label="uniform (8 bits)")
+    ax.set(xlabel="step", ylabel="bits per byte", title=title)
+    ax.set_ylim(low, high)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _describe_changes(changes: dict) -> str:
+    """``{"lr": [0.002, 0.001]}`` as the Markdown list ``- lr: 0.002 -> 0.001``."""
+    lines = []
+    for key, change in changes.items():
+        if isinstance(change, (list, tuple)) and len(change) == 2:
+            lines.append(f"- {key}: {_show(change[0])} -> {_show(change[1])}")
+        else:
+            lines.append(f"- {key}: {_show(change)}")
+    return "\n".join(lines) or "(no changes)"
+
+
+def _show(value) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def _parse_json(line: str) -> dict | None:
