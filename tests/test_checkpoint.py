@@ -3,7 +3,13 @@ their ``latest`` and ``best`` links, clean-up, and the repair of ``best`` after 
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import os
+import resource
+import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -11,10 +17,10 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL, assert_ok, checkpoint_step, cli, write_small_corpus  # noqa: E402
+from helpers import SMALL, assert_ok, checkpoint_step, cli, sharnn_process, write_small_corpus  # noqa: E402
 
 from sharnn import checkpoint as checkpoint_module  # noqa: E402
-from sharnn.checkpoint import RunCheckpoints, read_checkpoint, write_checkpoint  # noqa: E402
+from sharnn.checkpoint import RunCheckpoints, read_checkpoint, read_info, write_checkpoint  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
 from sharnn.errors import CheckpointError, RunError  # noqa: E402
 from sharnn.runtime import Runtime  # noqa: E402
@@ -127,3 +133,63 @@ def test_crash_between_the_latest_and_best_links_resumes_consistently(tmp_path, 
     assert_ok(result)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert checkpoint_step(tmp_path / "run" / "best") == summary["best_step"] == 4
+
+
+# --------------------------------------------------------------------------------------
+# A checkpoint that cannot be written
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_links_and_no_staging(tmp_path, trained_state, monkeypatch):
+    """The disk fills while trainer.pt is written: one-line CheckpointError; the staging
+    folder is gone, the step folder was never created, ``latest`` and ``best`` still
+    point at the previous checkpoint, which still loads."""
+    checkpoints = RunCheckpoints(tmp_path)
+    state = trained_state.state_dict()
+    checkpoints.save(4, CONFIG, state, best=True)
+
+    class FillsUp(io.FileIO):
+        def write(self, data):
+            if str(self.name).endswith("trainer.pt"):
+                super().write(data[:100])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+    monkeypatch.setattr(checkpoint_module, "open", FillsUp, raising=False)
+    with pytest.raises(CheckpointError) as error:
+        checkpoints.save(8, CONFIG, state, best=True)
+    assert str(error.value) == f"cannot write the checkpoint {checkpoints.step_folder(8)}: No space left on device"
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000004"]
+    assert checkpoint_step(checkpoints.latest) == checkpoint_step(checkpoints.best) == 4
+    monkeypatch.undo()
+    assert json.loads(checkpoints.load_latest(2, "cpu")["trainer"]["progress"])["step"] == 2
+
+
+def test_free_space_is_checked_before_anything_is_written(tmp_path, trained_state, monkeypatch):
+    real = shutil.disk_usage
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", lambda path: real(path)._replace(free=1 << 20))
+    with pytest.raises(CheckpointError, match=r"not enough free space .* \(1 MB free\); a run needs room for two checkpoints"):
+        write_checkpoint(tmp_path / "ckpt", CONFIG, trained_state.state_dict())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_size_limit_during_training_is_one_line_and_leaves_no_staging(tmp_path):
+    """A real write failure: the process may not write files over 200 KB, so trainer.pt
+    (the Adam-style moments, ~270 KB here) fails at the first save with EFBIG."""
+    corpus = write_small_corpus(tmp_path / "small.txt")
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))  # noqa: E731
+    process = sharnn_process("train", "--preset", "tiny", "--out", tmp_path / "run", "--quiet", *SMALL, f"data={corpus}",
+                             preexec_fn=limit)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 1, stderr
+    assert stderr.strip() == f"error: cannot write the checkpoint {tmp_path / 'run' / 'checkpoints' / 'step-00000004'}: File too large"
+    assert list((tmp_path / "run" / "checkpoints").iterdir()) == []
+
+
+def test_checkpoint_files_share_the_usual_mode_and_carry_their_info(tmp_path, trained_state):
+    folder = write_checkpoint(tmp_path / "ckpt", CONFIG, trained_state.state_dict(), info={"step": "2", "valid_bpc": "5.5"})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {
+        name: 0o666 & ~umask for name in ("config.yaml", "model.safetensors", "state.safetensors", "trainer.pt")
+    }
+    assert read_info(folder) == {"step": "2", "valid_bpc": "5.5"}

@@ -35,14 +35,16 @@ half-written checkpoint; checkpoints no link points to are deleted after each sa
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import shutil
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+import safetensors.torch
+from safetensors.torch import load_file
 
 from .config import TrainConfig, load_config, to_yaml
 from .errors import CheckpointError, ConfigError, RunError
@@ -51,36 +53,99 @@ from .model import SHARNN, State
 MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = "model.safetensors", "state.safetensors", "trainer.pt", "config.yaml"
 
 
-def write_checkpoint(folder: Path, config: TrainConfig, state: dict) -> Path:
-    """Write a checkpoint folder atomically (into a temporary sibling, then renamed).
+def write_checkpoint(folder: Path, config: TrainConfig, state: dict, info: dict[str, str] | None = None) -> Path:
+    """Write a checkpoint folder atomically: into a staging sibling, flushed, then renamed.
 
     Args:
         folder: the folder to create.
         config: stored as ``config.yaml``.
         state: ``{"model": weights, "recurrent_state": State or None, "trainer": dict}``;
             the last two are optional.
+        info: strings stored in the header of ``model.safetensors`` (training writes the
+            step, the epochs done and the valid BPC; :func:`read_info` reads them back).
 
     Raises:
-        CheckpointError: if ``folder`` already exists.
+        CheckpointError: ``folder`` exists, the disk lacks room for the checkpoint, or a
+            write fails (the disk filled, a quota, an I/O error). Nothing is left behind:
+            the staging folder is removed and ``folder`` is not created.
     """
     folder = Path(folder)
     if folder.exists():
         raise CheckpointError(f"{folder} already exists")
     staging = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in state["model"].items()}, staging / MODEL_FILE)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        _check_free_space(folder.parent, _size_of(state))
+        staging.mkdir()
+        _write_files(staging, config, state, info)
+        os.replace(staging, folder)
+    except (OSError, RuntimeError, SafetensorError) as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split())[:200]
+        raise CheckpointError(f"cannot write the checkpoint {folder}: {reason}") from None
+    return folder
+
+
+def _write_files(staging: Path, config: TrainConfig, state: dict, info: dict[str, str] | None) -> None:
+    """Serialise each file in memory, then write and flush it with plain file writes, so
+    that a full disk is an ``OSError`` naming the cause (torch.save and safetensors'
+    own writers report it as an opaque ``RuntimeError``)."""
+    weights = {k: v.detach().contiguous().cpu() for k, v in state["model"].items()}
+    files = {MODEL_FILE: safetensors.torch.save(weights, metadata=info)}
     if state.get("recurrent_state") is not None:
         tensors = state["recurrent_state"].tensors()
-        save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, staging / STATE_FILE)
+        files[STATE_FILE] = safetensors.torch.save({k: v.contiguous().cpu() for k, v in tensors.items()})
     if state.get("trainer") is not None:
-        torch.save(state["trainer"], staging / TRAINER_FILE)
-    (staging / CONFIG_FILE).write_text(to_yaml(config))
-    for file in staging.iterdir():
-        with open(file, "rb") as f:
+        buffer = io.BytesIO()
+        torch.save(state["trainer"], buffer)
+        files[TRAINER_FILE] = buffer.getvalue()
+    files[CONFIG_FILE] = to_yaml(config).encode()
+    for name, data in files.items():
+        with open(staging / name, "wb") as f:
+            f.write(data)
+            f.flush()
             os.fsync(f.fileno())
-    os.replace(staging, folder)
-    return folder
+
+
+def _size_of(value) -> int:
+    """Bytes the tensors in a checkpoint's state take (its files are this plus headers)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, State):
+        value = value.tensors()
+    if isinstance(value, dict):
+        value = list(value.values())
+    return sum(map(_size_of, value)) if isinstance(value, (list, tuple)) else 0
+
+
+def _check_free_space(folder: Path, size: int) -> None:
+    """Refuse to start a checkpoint the disk has no room for (with 5% and 16 MB to spare).
+    The previous checkpoint is only deleted after the new one is complete, so a run
+    needs room for two checkpoints at once."""
+    need = int(size * 1.05) + (16 << 20)
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise CheckpointError(
+            f"not enough free space in {folder} for a checkpoint of {size / 2**20:,.0f} MB "
+            f"({free / 2**20:,.0f} MB free); a run needs room for two checkpoints at once (the last one "
+            f"and the new one): free some space, then resume the run"
+        )
+
+
+def read_info(path: str | Path) -> dict[str, str]:
+    """The strings :func:`write_checkpoint` stored in ``model.safetensors``'s header (empty
+    for a checkpoint written without them); reads the header only.
+
+    Raises:
+        CheckpointError: no readable ``model.safetensors`` there.
+    """
+    file = Path(path) / MODEL_FILE
+    try:
+        with safe_open(file, framework="pt") as f:
+            return dict(f.metadata() or {})
+    except (OSError, SafetensorError) as e:
+        raise CheckpointError(f"{file} is missing or corrupt: {e}") from None
 
 
 def read_checkpoint(folder: Path, n_layers: int, device: str | torch.device = "cpu") -> dict:
@@ -196,19 +261,22 @@ class RunCheckpoints:
     def has_latest(self) -> bool:
         return (self.latest / MODEL_FILE).is_file()
 
-    def save(self, step: int, config: TrainConfig, state: dict, best: bool) -> Path:
-        """Write the checkpoint of ``step``, point ``latest`` (and, if ``best``, ``best``)
-        at it, and delete the checkpoints no link points to.
+    def save(self, step: int, config: TrainConfig, state: dict, best: bool, info: dict[str, str] | None = None) -> Path:
+        """Write the checkpoint of ``step`` (with ``info``, see :func:`write_checkpoint`),
+        point ``latest`` (and, if ``best``, ``best``) at it, and delete the checkpoints no
+        link points to.
 
         Raises:
             RunError: the step's folder exists and a link points to it.
+            CheckpointError: the checkpoint could not be written; the previous one and
+                the links are left as they were.
         """
         target = self.step_folder(step)
         if target.exists():
             if target.resolve() in self._linked():
                 raise RunError(f"{target} is in use; refusing to overwrite it")
             shutil.rmtree(target)  # left over from a killed run after its last link
-        write_checkpoint(target, config, state)
+        write_checkpoint(target, config, state, info)
         point(self.latest, target)
         if best:
             point(self.best, target)
