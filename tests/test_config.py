@@ -98,6 +98,40 @@ def test_one_loader_maps_errors_the_same_way_for_files_and_checkpoints(tmp_path)
         assert str(from_checkpoint.value) == f"{(tmp_path / 'config.yaml').resolve()}: {from_file.value}"
 
 
+def test_invalid_yaml_is_reported_with_its_line_and_column(tmp_path):
+    (tmp_path / "my.yaml").write_text("lr: 0.001\nmodel:\n  d: x: 1\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "my.yaml")
+    message = str(error.value)
+    assert message == f"{tmp_path / 'my.yaml'}, line 3, column 7: not valid YAML (mapping values are not allowed here)"
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("model", "5", "model must be a mapping of model settings (e.g. model.d_model: 512), got 5"),
+        ("model", "[1, 2]", "model must be a mapping of model settings (e.g. model.d_model: 512), got [1, 2]"),
+        ("model", "null", "model must be a mapping of model settings (e.g. model.d_model: 512), got null"),
+        ("betas", "5", "betas must be a list of two numbers (e.g. [0.9, 0.999]), got 5"),
+        ("betas", "{a: 1}", "betas must be a list of two numbers (e.g. [0.9, 0.999]), got {'a': 1}"),
+        ("betas", "[a, b]", "betas[0] must be a number, got 'a'"),
+        ("lr_halve_epochs", "3", "lr_halve_epochs must be a list of 1-based epoch numbers (e.g. [24], or [] for none), got 3"),
+        ("epochs", "abc", "epochs must be an integer, got 'abc'"),
+        ("lr", "[1]", "lr must be a number, got [1]"),
+        ("model.d_model", "1.5", "model.d_model must be an integer, got 1.5"),
+    ],
+)
+def test_a_value_of_the_wrong_type_names_the_key_the_type_and_the_value(tmp_path, key, value, message):
+    *parents, leaf = key.split(".")
+    text = "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parents)) + f"{'  ' * len(parents)}{leaf}: {value}\n"
+    (tmp_path / "config.yaml").write_text(text)
+    for source, overrides in [(tmp_path / "config.yaml", []), (None, [f"{key}={value}"])]:
+        with pytest.raises(ConfigError) as error:
+            load_config(source, overrides)
+        assert str(error.value) == message, (source, overrides)
+
+
 def test_model_config_errors_are_config_errors():
     with pytest.raises(ConfigError, match="boom_dim"):
         SHARNNConfig(d_model=16, boom_dim=20).validate()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -46,8 +47,11 @@ class TrainConfig:
         validation included) when those are > 0; the run then validates, saves and tests.
     Evaluation and logging: validation after every epoch and, when > 0, every
         ``valid_every_steps``; ``checkpoint_every_steps`` writes ``latest``;
-        ``log_every_steps`` sets the metrics and progress-bar period; ``sample_bytes``
-        generated at the end (0: none).
+        ``log_every_steps`` sets the metrics period; without a terminal, a progress line
+        every ``progress_every_seconds``; ``sample_bytes`` generated at the end (0: none).
+    Start: ``init_from``, a run folder (its best checkpoint) or a checkpoint whose weights
+        the run starts from, with a new optimizer and schedule ("": a fresh
+        initialisation); its model settings must be the checkpoint's (the dropouts may differ).
     Runtime (:class:`sharnn.runtime.Runtime`): ``precision`` auto (bf16 autocast on
         CUDA, fp32 on CPU) | fp32 | bf16 | fp16 (CUDA only, with a GradScaler);
         ``device`` auto | cpu | cuda | cuda:N; ``fast_path`` auto (on with CUDA) | on |
@@ -79,7 +83,9 @@ class TrainConfig:
     valid_every_steps: int = 0
     checkpoint_every_steps: int = 500
     log_every_steps: int = 10
+    progress_every_seconds: float = 30.0
     sample_bytes: int = 256
+    init_from: str = ""
     precision: str = "auto"
     device: str = "auto"
     fast_path: str = "auto"
@@ -102,6 +108,8 @@ class TrainConfig:
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.progress_every_seconds > 0:
+            raise ConfigError(f"progress_every_seconds must be > 0, got {self.progress_every_seconds}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
@@ -128,11 +136,17 @@ def preset_names() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("sharnn").joinpath("presets").iterdir() if p.name.endswith(".yaml"))
 
 
-def load_config(source: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+def load_config(
+    source: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    model: SHARNNConfig | None = None,
+) -> TrainConfig:
     """The one way to build a :class:`TrainConfig`: the defaults (the paper's recipe),
     then a preset name, a YAML file or a folder holding ``config.yaml`` (a run or a
-    checkpoint), then ``key=value`` overrides (dotted keys for the model:
-    ``model.d_model=256``); validated.
+    checkpoint), then ``model`` when given (it replaces the model settings: a run that
+    starts from a checkpoint's weights takes its model), then ``key=value`` overrides
+    (dotted keys for the model: ``model.d_model=256``); validated.
 
     Raises:
         ConfigError: unknown preset, file or key; invalid YAML; a value of the wrong type
@@ -141,11 +155,14 @@ def load_config(source: str | Path | None = None, overrides: list[str] | tuple[s
     merged = OmegaConf.structured(TrainConfig)
     try:
         if source is not None:
-            merged = OmegaConf.merge(merged, _read_mapping(source))
+            merged = OmegaConf.merge(merged, _check_shapes(_read_mapping(source)))
+        if model is not None:
+            merged.model = OmegaConf.structured(model)
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} must look like key=value")
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        dotlist = OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.merge(merged, _check_shapes(dotlist))
         _spell_fast_path(merged)
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
@@ -160,7 +177,9 @@ def to_yaml(config: TrainConfig) -> str:
 
 
 def _read_mapping(source: str | Path) -> dict:
-    """The mapping in a preset, a YAML file, or a folder's ``config.yaml``."""
+    """The mapping in a preset, a YAML file, or a folder's ``config.yaml``. Raises
+    :class:`ConfigError` for an unknown or unreadable source, or invalid YAML (with its
+    line and column)."""
     name = str(source)
     if name in preset_names():
         text = resources.files("sharnn").joinpath("presets", f"{name}.yaml").read_text()
@@ -177,10 +196,32 @@ def _read_mapping(source: str | Path) -> dict:
     try:
         loaded = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{name}: not valid YAML ({str(e).splitlines()[0]})") from None
+        mark = e.problem_mark if isinstance(e, yaml.MarkedYAMLError) and e.problem else None
+        where = f"{name}, line {mark.line + 1}, column {mark.column + 1}" if mark else name
+        problem = e.problem if mark else str(e).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML ({problem})") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"{name}: a config file must be a mapping of keys to values")
     return loaded
+
+
+# The fields that hold a mapping or a list, and what they must look like: OmegaConf's own
+# errors for a scalar there ("Merge error: int is not a subclass of ...") say neither.
+_SHAPES = {
+    "model": (dict, "a mapping of model settings (e.g. model.d_model: 512)"),
+    "betas": (list, "a list of two numbers (e.g. [0.9, 0.999])"),
+    "lr_halve_epochs": (list, "a list of 1-based epoch numbers (e.g. [24], or [] for none)"),
+}
+
+
+def _check_shapes(mapping: dict) -> dict:
+    """``mapping``, after raising :class:`ConfigError` if it gives anything but a mapping
+    where one belongs (``model``), or anything but a list where one belongs."""
+    for key, (kind, expected) in _SHAPES.items():
+        value = mapping.get(key, kind())
+        if not isinstance(value, kind):
+            raise ConfigError(f"{key} must be {expected}, got {'null' if value is None else repr(value)}")
+    return mapping
 
 
 def _spell_fast_path(merged: DictConfig) -> None:
@@ -194,4 +235,8 @@ def _omegaconf_message(e: OmegaConfBaseException) -> str:
     key = getattr(e, "full_key", None)
     if "not in" in message and key:
         return f"unknown config key {key!r}"
+    converted = re.search(r"could not be converted to (Integer|Float)$", message)
+    if converted and key:  # "Value 'abc' of type 'str' could not be converted to Integer"
+        expected = {"Integer": "an integer", "Float": "a number"}[converted[1]]
+        return f"{key} must be {expected}, got {e.value!r}"
     return f"{key}: {message}" if key else message
