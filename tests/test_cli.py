@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import (  # noqa: E402
@@ -36,9 +37,10 @@ from helpers import (  # noqa: E402
 
 from sharnn.checkpoint import load_model  # noqa: E402
 from sharnn.config import load_config, preset_names  # noqa: E402
-from sharnn.data import ByteTokenizer, read_bytes  # noqa: E402
+from sharnn.data import ByteTokenizer, load_corpus, read_bytes  # noqa: E402
 from sharnn.evaluate import evaluate  # noqa: E402
 from sharnn.generate import generate  # noqa: E402
+from sharnn.progress import ProgressDisplay  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +194,27 @@ def test_eval_any_file(tmp_path, run_dir):
     _assert_consistent(_numbers(result.stdout))
 
 
+def test_eval_of_a_blown_up_checkpoint_prints_inf_perplexity(checkpoint_copy):
+    """An output bias of 1000 on one byte: ~1000 nats on every other byte, beyond what
+    e^x holds in a float; the perplexity prints as inf instead of crashing."""
+    file = checkpoint_copy / "model.safetensors"
+    tensors = load_file(file)
+    tensors["output_bias"][0] = 1000.0
+    save_file(tensors, file)
+    result = cli("eval", checkpoint_copy)
+    assert_ok(result)
+    assert re.search(r"^perplexity:\s+inf$", result.stdout, re.M), result.stdout
+    assert float(re.search(r"^bits per byte:\s+(\S+)$", result.stdout, re.M).group(1)) > 1000
+
+
+def test_evaluation_progress_without_a_terminal_is_plain_lines_to_100_percent(run_dir, capsys):
+    model, config = load_model(run_dir)
+    evaluate(model, read_bytes(run_dir.parent / "small.txt")[:4000], 2, 16, progress=ProgressDisplay("eval", every_seconds=0))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 125 and all(line.startswith("eval ") for line in lines)  # 1999 predicted rows / 16
+    assert lines[-1].startswith("eval 100% |")
+
+
 # --------------------------------------------------------------------------------------
 # sharnn generate
 
@@ -309,12 +332,17 @@ def test_info_tiny_config_file_and_run_folder(tmp_path, run_dir):
     assert "d_model: 64" in result.stdout and "n_layers: 3" in result.stdout
 
     summary = _summary(run_dir)
+    best = (run_dir / "best").resolve()
     for target in (run_dir, run_dir / "best"):
         result = cli("info", target)
         assert_ok(result)
         assert "d_model: 32" in result.stdout
         assert f"{summary['parameters']:,} trainable" in result.stdout
         assert f"{summary['parameters_collapsed']:,} collapsed" in result.stdout
+        assert result.stdout.splitlines()[-1] == (
+            f"checkpoint {best}: step {summary['best_step']}, epoch {summary['epochs']:.2f}, "
+            f"valid {summary['valid_bpc']:.4f} BPC, test {summary['test_bpc']:.4f} BPC"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -397,10 +425,29 @@ def test_train_refuses_an_existing_run_folder_and_leaves_it_untouched(tmp_path, 
     assert (out / "keep.txt").read_text() == "precious"
 
 
-def test_resume_takes_no_overrides_or_out(tmp_path, run_dir):
-    assert_user_error(cli("train", "--resume", run_dir, "lr=0.1"), "--resume")
+@pytest.mark.parametrize("where", ["a-file/run", "/proc/sharnn-run"])
+def test_a_run_folder_that_cannot_be_created_is_one_line(tmp_path, corpus_file, where):
+    (tmp_path / "a-file").write_text("not a folder")
+    out = tmp_path / where if not where.startswith("/") else Path(where)
+    line = assert_user_error(cli("train", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}"),
+                             f"cannot create the run folder {out}")
+    assert not out.exists() and (tmp_path / "a-file").read_text() == "not a folder"
+
+
+def test_the_sample_is_set_apart_from_its_prompt(tmp_path, corpus_file):
+    result = cli("train", "--preset", "tiny", "--out", tmp_path / "run", *SMALL, f"data={corpus_file}", "sample_bytes=40")
+    assert_ok(result)
+    assert "--- prompt: the first 256 bytes of the test split ---" in result.stderr
+    assert "--- sample: 40 bytes generated at temperature 0.8 ---" in result.stderr
+    prompt = bytes(load_corpus(str(corpus_file)).test[:256]).decode("utf-8", errors="replace")
+    assert result.stdout.startswith(prompt + "\n")
+
+
+def test_resume_takes_no_out_preset_or_init_from(tmp_path, run_dir):
     assert_user_error(cli("train", "--resume", run_dir, "--out", tmp_path / "x"), "--resume")
     assert_user_error(cli("train", "--resume", run_dir, "--preset", "tiny"), "--resume")
+    assert_user_error(cli("train", "--resume", run_dir, "--init-from", run_dir), "--resume")
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.fixture

@@ -10,12 +10,15 @@ of the same run done without interruption. Every run here is tiny (a few seconds
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import re
 import shutil
 import signal
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,9 +115,12 @@ def test_training_loop_applies_schedule_over_epochs(tmp_path):
     train_records = [r for r in records if r["split"] == "train"]
     # 5400 train bytes / 8 streams = 675 rows; 674 predicted rows in windows of 32 -> 22 steps per epoch
     assert len(train_records) == 44 and summary["steps"] == 44 and summary["epochs"] == 2
-    assert [r["epoch"] for r in train_records] == [0] * 22 + [1] * 22
-    for r in train_records:
-        assert r["lr"] == pytest.approx(learning_rate(config, r["step"], r["epoch"]), rel=1e-12)
+    # records give the epochs done: step k of epoch e (0-based) logs e + 32k / 674
+    in_progress = [math.ceil(r["epoch"]) - 1 for r in train_records]
+    assert in_progress == [0] * 22 + [1] * 22
+    assert train_records[0]["epoch"] == round(32 / 674, 4) and train_records[21]["epoch"] == 1.0
+    for r, epoch in zip(train_records, in_progress):
+        assert r["lr"] == pytest.approx(learning_rate(config, r["step"], epoch), rel=1e-12)
     assert train_records[0]["lr"] == pytest.approx(config.lr / 4)
     assert all(r["lr"] == pytest.approx(config.lr) for r in train_records[4:22])
     assert all(r["lr"] == pytest.approx(config.lr / 2) for r in train_records[22:])
@@ -258,7 +264,7 @@ def test_a_stop_anywhere_across_epochs_resumes_exactly(tmp_path, two_epoch_data,
     saves that step and raises Interrupted; resuming ends exactly like the run that was
     never stopped."""
     records = metrics(two_epoch_reference)
-    boundary = max(r["step"] for r in records if r["split"] == "train" and r["epoch"] == 0)  # last step of epoch 1
+    boundary = max(r["step"] for r in records if r["split"] == "train" and r["epoch"] <= 1)  # last step of epoch 1
     total = max(r["step"] for r in records if r["split"] == "train")
     assert 10 < boundary < total - 3
     stop_at = {"mid-epoch-1": 7, "last-step-of-epoch-1": boundary, "first-step-of-epoch-2": boundary + 1,
@@ -307,20 +313,18 @@ def test_a_second_ctrl_c_interrupts_at_once_without_saving(tmp_path, corpus_file
     assert not (tmp_path / "run" / "latest").exists()  # the first checkpoint is at step 4
 
 
-def test_resume_of_a_finished_run_redoes_the_test_only(tmp_path, reference_run):
+def test_resume_of_a_finished_run_returns_its_summary_without_training_or_testing(tmp_path, reference_run):
     run_dir = tmp_path / "finished"
     shutil.copytree(reference_run, run_dir, symlinks=True)
-    before = json.loads((run_dir / "summary.json").read_text())
-    latest = weights(run_dir / "latest")
-    result = cli("train", "--resume", run_dir, "--quiet")
+    before = (run_dir / "summary.json").read_text()
+    records = (run_dir / "metrics.jsonl").read_text()
+    result = cli("train", "--resume", run_dir)
     assert_ok(result)
-    assert f"test {before['test_bpc']:.4f} BPC" in result.stdout
-    after = json.loads((run_dir / "summary.json").read_text())
-    assert after["test_bpc"] == before["test_bpc"] and after["steps"] == before["steps"]
-    assert_same_weights(run_dir / "best", reference_run / "best")
-    assert all(torch.equal(latest[k], v) for k, v in weights(run_dir / "latest").items())
-    train_steps = [r["step"] for r in metrics(run_dir) if r["split"] == "train"]
-    assert len(train_steps) == len(set(train_steps))
+    assert f"test {json.loads(before)['test_bpc']:.4f} BPC" in result.stdout
+    assert "has finished (step 40" in result.stderr and "max_steps" in result.stderr
+    assert (run_dir / "summary.json").read_text() == before
+    assert (run_dir / "metrics.jsonl").read_text() == records
+    assert_same_weights(run_dir / "latest", reference_run / "latest")
 
 
 def test_resume_of_a_finished_run_does_not_duplicate_the_test_record(tmp_path, reference_run):
@@ -344,18 +348,25 @@ def test_resume_tolerates_a_torn_last_metrics_line(tmp_path, reference_run):
     assert_ok(result)
 
 
-def test_resume_errors_are_one_line(tmp_path, corpus_file):
-    # a run that diverged before its first checkpoint: config.yaml, no latest
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(tmp_path, corpus_file):
+    """It diverged at once (lr 1e30): resuming with a sane lr starts it again in its folder."""
     run_dir = tmp_path / "no-checkpoint"
     result = cli("train", "--quiet", "--preset", "tiny", "--out", run_dir, *SMALL, f"data={corpus_file}", "lr=1e30", "warmup_steps=0")
-    assert_user_error(result)
+    assert_user_error(result, "no checkpoint was written")
     assert (run_dir / "config.yaml").is_file() and not (run_dir / "latest").exists()
-    assert_user_error(cli("train", "--resume", run_dir), "nothing to resume")
+    result = cli("train", "--resume", run_dir, "lr=0.002")
+    assert_ok(result)
+    assert "has no checkpoint yet: starting it again from step 0" in result.stderr
+    assert load_config(run_dir).lr == 0.002
+    assert [r["step"] for r in metrics(run_dir) if r["split"] == "train"] == [2, 4, 6, 8, 10, 12]
+
+
+def test_resume_of_what_is_not_a_run_is_one_line(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert_user_error(cli("train", "--resume", empty))
-    assert_user_error(cli("train", "--resume", tmp_path / "does-not-exist"))
-    assert not (tmp_path / "does-not-exist").exists()
+    assert_user_error(cli("train", "--resume", empty), "is not a run folder")
+    assert_user_error(cli("train", "--resume", tmp_path / "does-not-exist"), "no run folder")
+    assert not (tmp_path / "does-not-exist").exists() and not list(empty.iterdir())
 
 
 # --------------------------------------------------------------------------------------
@@ -412,6 +423,161 @@ def test_checkpoint_after_an_exploding_update_is_not_kept_as_good(tmp_path, corp
     if (run_dir / "latest").exists():
         bad = [k for k, v in weights(run_dir / "latest").items() if not torch.isfinite(v).all()]
         assert not bad, f"latest ({(run_dir / 'latest').resolve().name}) has non-finite weights in {bad}"
+
+
+# --------------------------------------------------------------------------------------
+# Steering: a resumed run may change its budget, learning rate and cadence
+
+
+def test_a_finished_run_extended_with_max_steps_ends_exactly_like_the_longer_run(tmp_path, corpus_file, reference_run):
+    """RESUMABLE stopped by max_steps=24 (a finished run, validated and tested), then
+    ``--resume RUN max_steps=40``: it ends at step 40 bit for bit like the run that had
+    max_steps=40 from the start, and the change is on record."""
+    run_dir = tmp_path / "extended"
+    with single_thread():
+        train(load_config("tiny", RESUMABLE + [f"data={corpus_file}", "max_steps=24"]), run_dir, quiet=True)
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 24
+    result = cli("train", "--resume", run_dir, "--quiet", "max_steps=40")
+    assert_ok(result)
+    _assert_same_run(run_dir, reference_run)
+    assert checkpoint_step(run_dir / "latest") == 40
+    changes = [r for r in metrics(run_dir) if r["split"] == "config"]
+    assert changes == [{"split": "config", "step": 24, "epoch": changes[0]["epoch"], "changes": {"max_steps": [24, 40]}}]
+    assert load_config(run_dir).max_steps == 40 and load_config(run_dir / "latest").max_steps == 40
+
+
+def test_a_run_resumed_with_a_lower_lr_continues_from_its_checkpoint(tmp_path, corpus_file):
+    config = load_config("tiny", SMALL + [f"data={corpus_file}", "log_every_steps=1"])
+    run_dir = tmp_path / "run"
+    with pytest.raises(Interrupted):
+        train(config, run_dir, quiet=True, should_stop=lambda progress: progress.step == 8)
+    result = cli("train", "--resume", run_dir, "--quiet", "lr=0.0005")
+    assert_ok(result)
+    records = metrics(run_dir)
+    lrs = {r["step"]: r["lr"] for r in records if r["split"] == "train"}
+    assert sorted(lrs) == list(range(1, 13))  # steps 9-12 follow step 8: nothing restarted
+    assert lrs[8] == 0.002 and all(lrs[step] == 0.0005 for step in range(9, 13))
+    assert [r["changes"] for r in records if r["split"] == "config"] == [{"lr": [0.002, 0.0005]}]
+    assert load_config(run_dir / "latest").lr == 0.0005
+
+
+def test_resume_refuses_changes_to_what_the_checkpoint_holds_and_changes_nothing(tmp_path, reference_run):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run, run_dir, symlinks=True)
+    before = {f: (run_dir / f).read_text() for f in ("config.yaml", "metrics.jsonl", "summary.json")}
+    line = assert_user_error(cli("train", "--resume", run_dir, "model.d_model=64", "bptt=8", "lr=0.001"),
+                             "cannot change model.d_model, bptt", "--init-from")
+    assert "lr" not in line.split("(")[0]
+    assert_user_error(cli("train", "--resume", run_dir, "data=elsewhere.txt"), "cannot change data")
+    assert_user_error(cli("train", "--resume", run_dir, "max_steps=abc"), "max_steps")
+    assert {f: (run_dir / f).read_text() for f in before} == before
+
+
+def _recipe(overrides: list[str]) -> list[str]:
+    return [o for o in overrides if not o.startswith("model.")]
+
+
+def test_init_from_starts_a_new_run_from_the_checkpoint_weights_and_model(tmp_path, corpus_file, reference_run):
+    """The preset says d_model 512, the checkpoint 32: the model is the checkpoint's, its
+    weights are the start, and optimizer and schedule start over (step 1 at warmup lr)."""
+    text = tmp_path / "other.txt"
+    text.write_bytes(corpus_file.read_bytes()[::-1])  # other text, the same byte frequencies
+    run_dir, scratch = tmp_path / "tuned", tmp_path / "scratch"
+    recipe = [*_recipe(SMALL), f"data={text}", "log_every_steps=1"]
+    result = cli("train", "--preset", "tiny", "--out", run_dir, "--init-from", reference_run, *recipe, "model.dropouth=0.2")
+    assert_ok(result)
+    config = load_config(run_dir)
+    assert config.init_from == str(reference_run) and config.data == str(text)
+    expected_model = dataclasses.replace(load_config(reference_run).model, dropouth=0.2)
+    assert config.model == expected_model
+    first = metrics(run_dir)[0]
+    assert (first["step"], first["lr"]) == (1, 0.002 / 5)
+    assert_ok(cli("train", "--preset", "tiny", "--out", scratch, *SMALL, *recipe[len(_recipe(SMALL)):]))
+    assert first["bpc"] < metrics(scratch)[0]["bpc"] - 0.5  # trained weights: far below a fresh model's ~8 bits
+
+
+def test_init_from_refuses_a_model_that_does_not_fit_and_creates_nothing(tmp_path, reference_run):
+    out = tmp_path / "run"
+    data = load_config(reference_run).data
+    assert_user_error(cli("train", "--preset", "tiny", "--out", out, "--init-from", reference_run, *_recipe(SMALL),
+                          f"data={data}", "model.d_model=64"), "model.d_model 32 -> 64")
+    assert_user_error(cli("train", "--preset", "tiny", "--out", out, "--init-from", tmp_path / "nowhere"), "no checkpoint")
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------
+# SIGTERM (what schedulers send before preempting a job)
+
+
+def test_sigterm_saves_latest_exits_143_and_resumes_exactly(tmp_path, corpus_file, reference_run):
+    run_dir = tmp_path / "preempted"
+    process = sharnn_process("train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}")
+    _, stderr = signal_when(process, lambda: (run_dir / "latest").exists(), signal.SIGTERM)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert process.returncode in (143, 0), (process.returncode, lines)
+    if process.returncode == 143:
+        assert len(lines) == 1, lines
+        match = re.fullmatch(r"interrupted by SIGTERM at step (\d+); continue with: sharnn train --resume (.+)", lines[0])
+        assert match, lines
+        assert checkpoint_step(run_dir / "latest") == int(match.group(1))
+    assert_ok(cli("train", "--resume", run_dir, "--quiet"))
+    _assert_same_run(run_dir, reference_run)
+
+
+# --------------------------------------------------------------------------------------
+# What a run reports: epochs, tokens/s, progress
+
+
+def test_epochs_are_epochs_done_in_records_and_summary(two_epoch_reference):
+    records = metrics(two_epoch_reference)
+    valid = [r for r in records if r["split"] == "valid"]
+    assert [r["epoch"] for r in valid if r["epoch"] in (1.0, 2.0)] == [1.0, 2.0]  # validations at the epochs' ends
+    train_epochs = [r["epoch"] for r in records if r["split"] == "train"]
+    assert train_epochs == sorted(train_epochs) and 0 < train_epochs[0] < 0.2 and train_epochs[-1] == 2.0
+    assert json.loads((two_epoch_reference / "summary.json").read_text())["epochs"] == 2.0
+
+
+def test_tokens_per_s_counts_training_time_only(tmp_path, corpus_file, monkeypatch):
+    """Validation made slow (0.3 s): the train records after it show the same speed."""
+    real_evaluate = train_module.evaluate
+
+    def slow_evaluate(*args, **kwargs):
+        time.sleep(0.3)
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate", slow_evaluate)
+    config = load_config("tiny", SMALL + [f"data={corpus_file}", "valid_every_steps=2", "max_steps=16"])
+    with single_thread():
+        train(config, tmp_path / "run", quiet=True)
+    speeds = [r["tokens_per_s"] for r in metrics(tmp_path / "run") if r["split"] == "train"]
+    # counting the sleep would make every record after the first about 10x slower (2 steps of 64 tokens take ~20 ms)
+    assert min(speeds[1:]) > 0.3 * statistics.median(speeds), speeds
+
+
+def test_without_a_terminal_progress_lines_follow_max_steps(tmp_path, corpus_file, capsys):
+    config = load_config("tiny", SMALL + [f"data={corpus_file}", "progress_every_seconds=1e-9"])
+    with single_thread():
+        train(config, tmp_path / "run")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train ")]
+    assert len(lines) == 12, lines  # one per step: an epoch here is ~900 steps, max_steps 12
+    assert re.match(r"train  50% \| step 6/12, epoch 0\.0\d/1, bpc \d\.\d+", lines[5]), lines[5]
+    assert lines[-1].startswith("train 100% | step 12/12")
+    assert "left" in lines[-1]
+
+
+def test_a_finite_blow_up_stops_naming_the_step_and_nothing_is_saved_from_it(tmp_path, corpus_file):
+    """lr=1e6: the loss runs to ~1e17 bits per byte without ever being NaN. The run stops,
+    and no checkpoint holds a state whose loss was above the limit."""
+    run_dir = tmp_path / "run"
+    result = cli("train", "--quiet", "--preset", "tiny", "--out", run_dir, *SMALL, f"data={corpus_file}", "lr=1e6",
+                 "max_steps=100", "log_every_steps=1", "checkpoint_every_steps=1")
+    line = assert_user_error(result, "training diverged", "above 16 bits per token")
+    stopped = int(re.search(r"at step (\d+)", line).group(1))
+    assert stopped < 30 and not (run_dir / "summary.json").exists()
+    losses = {r["step"]: r["bpc"] for r in metrics(run_dir) if r["split"] == "train"}
+    assert max(losses.values()) > 1e6  # finite, far above 8 bits
+    if (run_dir / "latest").exists():
+        assert losses[checkpoint_step(run_dir / "latest")] < 16
 
 
 # --------------------------------------------------------------------------------------

@@ -32,12 +32,16 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except Interrupted as e:
             click.echo(str(e), err=True)
-            sys.exit(130)
+            sys.exit(e.exit_code)
         except SharnnError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
         except click.UsageError as e:
             _usage_error(e)
+        except OSError as e:  # the file system refused: a full disk, a quota, permissions
+            where = f" ({e.filename})" if e.filename else ""
+            click.echo(f"error: {e.strerror or e}{where}", err=True)
+            sys.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
@@ -89,29 +93,42 @@ def prepare_corpus_command(source, out, valid_fraction, test_fraction):
 @click.option("--preset", default=None, help="A bundled preset (see `sharnn info`).")
 @click.option("--config", "config_file", default=None, type=click.Path(path_type=Path), help="A YAML config file.")
 @click.option("--out", default=None, type=click.Path(path_type=Path), help="Run folder to create [default: runs/NAME-TIMESTAMP].")
-@click.option("--resume", default=None, type=click.Path(path_type=Path), help="Continue the run in this folder from its latest checkpoint.")
+@click.option("--resume", default=None, type=click.Path(path_type=Path),
+              help="Continue the run in this folder from its latest checkpoint; overrides may change its length, "
+                   "learning rate and cadence.")
+@click.option("--init-from", default=None, type=click.Path(path_type=Path),
+              help="Start from the weights of this run (its best checkpoint) or checkpoint: the model is its, the "
+                   "data and recipe come from the preset or config; a new optimizer and schedule.")
 @click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 @click.argument("overrides", nargs=-1)
-def train(preset, config_file, out, resume, quiet, overrides):
+def train(preset, config_file, out, resume, init_from, quiet, overrides):
     """Train from a preset or config file, with key=value overrides
-    (e.g. `sharnn train --preset tiny epochs=2 model.d_model=128`)."""
+    (e.g. `sharnn train --preset tiny epochs=2 model.d_model=128`), or go on with a run
+    (`sharnn train --resume RUN max_steps=5000 lr=1e-3`).
+
+    SIGTERM, as Ctrl-C, stops at the end of the step and saves `latest` (exit status 143,
+    130 for Ctrl-C): with SLURM, `#SBATCH --signal=TERM@120` leaves two minutes for it."""
     from .checkpoint import read_config
     from .config import load_config
     from .errors import ConfigError
+    from .train import resume_config
     from .train import train as run_training
 
     if resume is not None:
-        if preset or config_file or overrides or out:
-            raise ConfigError("--resume continues a run with its own config; give no preset, config, overrides or --out")
-        config = read_config(resume / "latest") if (resume / "latest").exists() else load_config(str(resume))
-        summary = run_training(config, resume, resume=True, quiet=quiet)
+        if preset or config_file or out or init_from:
+            raise ConfigError("--resume continues a run with its own config: give no --preset, --config, --out or "
+                              "--init-from (key=value overrides may change its length, learning rate and cadence)")
+        summary = run_training(resume_config(resume, overrides), resume, resume=True, quiet=quiet)
     else:
         if preset and config_file:
             raise ConfigError("give --preset or --config, not both")
         source = preset or (str(config_file) if config_file else None)
         if source is None:
-            raise ConfigError("give --preset NAME or --config FILE (presets: see `sharnn info`)")
-        config = load_config(source, overrides)
+            raise ConfigError("give --preset NAME or --config FILE (presets: see `sharnn info`), or --resume RUN")
+        if init_from is not None:  # the model is the checkpoint's; overrides may still change its dropouts
+            config = load_config(source, [*overrides, f"init_from={init_from}"], model=read_config(init_from).model)
+        else:
+            config = load_config(source, overrides)
         if out is None:
             out = Path("runs") / f"{Path(source).stem}-{datetime.now():%Y%m%d-%H%M%S}"
         summary = run_training(config, out, quiet=quiet)
@@ -137,6 +154,7 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     from .data import load_corpus, read_bytes
     from .errors import ConfigError
     from .evaluate import evaluate
+    from .progress import ProgressDisplay
 
     model, config = load_model(checkpoint)
     runtime = _runtime(device, config.precision, fast_path)
@@ -152,7 +170,8 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
         data, what = corpus.split(split), f"{config.data} ({split})"
         default_streams = config.valid_streams if split == "valid" else config.test_streams
     streams = streams or default_streams
-    result = evaluate(runtime.prepare(model), data, streams, window, runtime.autocast_dtype)
+    with ProgressDisplay("eval") as progress:
+        result = evaluate(runtime.prepare(model), data, streams, window, runtime.autocast_dtype, progress=progress)
     click.echo(f"{what}: {result.tokens:,} bytes predicted, {streams} streams, windows of {window}")
     click.echo(f"bits per byte: {result.bpc:.4f}")
     click.echo(f"nats per byte: {result.nats:.4f}")
@@ -214,8 +233,9 @@ def _runtime(device: str, precision: str, fast_path: str):
 @main.command()
 @click.argument("target", required=False)
 def info(target):
-    """Configuration and parameter counts of a preset, a config file or a checkpoint
-    (without TARGET: the list of presets)."""
+    """Configuration and parameter counts of a preset, a config file, a run or a
+    checkpoint, and for a run or checkpoint its step, epoch and scores (without TARGET:
+    the list of presets)."""
     from .config import load_config, preset_names, to_yaml
     from .model import SHARNN
 
@@ -232,6 +252,38 @@ def info(target):
             click.echo(f"  {part:<24} {count:>14,}")
     total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)
     click.echo(f"parameters: {total:,} trainable ({total / 1e6:.2f}M), {collapsed:,} collapsed ({collapsed / 1e6:.2f}M)")
+    if Path(target).is_dir():
+        click.echo(_checkpoint_scores(Path(target)))
+
+
+def _checkpoint_scores(path: Path) -> str:
+    """``checkpoint FOLDER: step N, epoch E, valid X BPC, test Y BPC`` for the checkpoint
+    at ``path`` (a run's best): what its run recorded in it, and the test BPC from the
+    run's summary.json when it is the checkpoint that was tested."""
+    import json
+
+    from .checkpoint import read_info, resolve
+    from .errors import CheckpointError
+
+    try:
+        folder = resolve(path)
+    except CheckpointError:
+        return "no checkpoint yet"
+    info = read_info(folder)
+    if "step" not in info:
+        return f"checkpoint {folder}: no training record"
+    parts = [f"step {info['step']}", f"epoch {float(info['epochs']):.2f}"]
+    if "valid_bpc" in info:
+        parts.append(f"valid {float(info['valid_bpc']):.4f} BPC")
+    elif float(info["best_valid_bpc"]) < float("inf"):
+        parts.append(f"best valid so far {float(info['best_valid_bpc']):.4f} BPC (step {info['best_step']})")
+    try:
+        summary = json.loads((folder.parent.parent / "summary.json").read_text())
+        if summary.get("best_step") == int(info["step"]):
+            parts.append(f"test {summary['test_bpc']:.4f} BPC")
+    except (OSError, ValueError, KeyError):
+        pass
+    return f"checkpoint {folder}: " + ", ".join(parts)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,13 @@ class RunError(SharnnError):
 
 
 class TrainingDiverged(SharnnError):
-    """The training loss became NaN or infinite."""
+    """The training loss became NaN or infinite, or ran away far above the uniform baseline."""
 
 
 class Interrupted(SharnnError):
-    """The user stopped a run with Ctrl-C; it can be resumed."""
+    """A run stopped by Ctrl-C or SIGTERM after saving; it can be resumed. ``exit_code``:
+    the process's exit status (128 + the signal number)."""
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -21,6 +21,7 @@ from torch import Tensor
 from .data import batchify, bptt_windows, get_batch
 from .errors import DataError
 from .model import SHARNN, State
+from .progress import ProgressDisplay
 from .runtime import autocast
 
 
@@ -28,7 +29,7 @@ from .runtime import autocast
 class EvalResult:
     """A split's score. ``nats``: mean negative log-likelihood per byte, in nats;
     ``tokens``: the number of predicted bytes; ``bpc``: bits per byte (``nats / ln 2``);
-    ``perplexity``: per byte (``e^nats``)."""
+    ``perplexity``: per byte (``e^nats``; ``inf`` where that overflows a float)."""
 
     nats: float
     tokens: int
@@ -39,7 +40,10 @@ class EvalResult:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(self.nats)
+        try:
+            return math.exp(self.nats)
+        except OverflowError:  # a diverged model: nats above ~709
+            return math.inf
 
 
 @torch.no_grad()
@@ -49,6 +53,7 @@ def evaluate(
     streams: int,
     bptt: int,
     autocast_dtype: torch.dtype | None = None,
+    progress: ProgressDisplay | None = None,
 ) -> EvalResult:
     """Score a byte split.
 
@@ -58,6 +63,7 @@ def evaluate(
         streams: number of parallel streams ``B`` (paper: 16 valid, 8 test).
         bptt: window length ``T`` (at most the model's attention span).
         autocast_dtype: run under autocast with this dtype (None: fp32).
+        progress: where to show how far the evaluation is (fraction of the windows done).
 
     Returns:
         :class:`EvalResult`.
@@ -79,6 +85,8 @@ def evaluate(
         inputs, targets = get_batch(batched, row, length, device)
         nll, state = window_nll(model, inputs, targets, state, autocast_dtype)
         total += nll
+        if progress is not None:
+            progress.update((row + length) / (rows - 1))
     model.train(was_training)
     tokens = (rows - 1) * streams
     return EvalResult(nats=total.item() / tokens, tokens=tokens)

@@ -14,12 +14,16 @@ named steps and the run folder::
     checkpoints/step-N/, latest, best                 (sharnn.checkpoint)
     summary.json           final valid and test BPC, parameter counts, steps, time
 
-A stopped run (Ctrl-C, a ``should_stop`` hook, kill -9) continues from ``latest`` with
-``train(..., resume=True)`` as if it had never stopped.
+A stopped run (Ctrl-C, SIGTERM, a ``should_stop`` hook, kill -9) continues from
+``latest`` with ``train(..., resume=True)`` as if it had never stopped; a resume may also
+change the settings in :data:`RESUMABLE` (a longer run, a lower learning rate), and a new
+run may start from trained weights (``init_from``). A run that diverges stops without
+saving (:class:`Divergence`).
 """
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import math
@@ -28,6 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +42,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import checkpoint
-from .config import TrainConfig, to_yaml
+from .config import TrainConfig, load_config, to_yaml
 from .data import ByteTokenizer, batchify, get_batch, load_corpus, window_length
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import evaluate
@@ -45,7 +50,19 @@ from .generate import generate
 from .metrics import MetricsLog
 from .model import SHARNN, State
 from .optim import MinTrustLAMB
+from .progress import ProgressDisplay
 from .runtime import Runtime, autocast
+
+
+# What a resumed run may change: settings that steer training without changing what its
+# checkpoint holds (the model, the data and its streams, the optimizer's state).
+RESUMABLE = frozenset({
+    "epochs", "max_steps", "max_seconds", "lr", "warmup_steps", "lr_halve_epochs", "clip",
+    "valid_every_steps", "checkpoint_every_steps", "log_every_steps", "progress_every_seconds",
+    "sample_bytes", "compile", "recompute",
+})
+# What a run started from a checkpoint's weights (init_from) may change in its model.
+INIT_CHANGES = frozenset({"dropouti", "dropouth", "dropouto"})
 
 
 @dataclass
@@ -185,9 +202,13 @@ def train(
     """Train an SHA-RNN; return the final summary.
 
     Args:
-        config: the run's configuration (for ``resume``, the one stored in the run).
+        config: the run's configuration. With ``resume``, the run's own (see
+            :func:`resume_config`), where only the settings in :data:`RESUMABLE` may differ
+            from what the run used so far; each change is recorded in ``metrics.jsonl``.
         run_dir: the run folder; must not exist unless ``resume``.
-        resume: continue from ``run_dir/latest``.
+        resume: continue from ``run_dir/latest`` (a run killed before its first
+            checkpoint starts again from step 0). A finished run goes on when the new
+            settings give it more budget (``epochs``, ``max_steps``, ``max_seconds``).
         quiet: no progress bar or progress lines.
         should_stop: called with the :class:`Progress` after every optimizer step; when
             it returns True the run saves ``latest`` and stops as Ctrl-C does.
@@ -195,20 +216,27 @@ def train(
     Returns:
         The summary dict, also written to ``summary.json``: ``valid_bpc`` (best),
         ``test_bpc`` and ``test_perplexity`` (of the best checkpoint), ``best_step``,
-        ``steps``, ``epochs``, ``train_seconds``, ``parameters``,
-        ``parameters_collapsed``, ``run_dir``.
+        ``steps``, ``epochs`` (epochs of training done, a float), ``train_seconds``,
+        ``parameters``, ``parameters_collapsed``, ``run_dir``.
 
     Raises:
-        RunError: ``run_dir`` exists (without ``resume``) or has no checkpoint (with it).
-        Interrupted: Ctrl-C or ``should_stop`` stopped the run (after saving ``latest``).
+        RunError: ``run_dir`` exists or cannot be created (without ``resume``), or is not
+            a run folder (with it).
+        ConfigError: a change of a setting a resume cannot change; an unusable device or
+            precision, or a model the corpus does not fit.
+        Interrupted: Ctrl-C, SIGTERM or ``should_stop`` stopped the run (after saving
+            ``latest``).
         DataError: the corpus is missing or smaller than one window.
-        ConfigError: an unusable device or precision, or a model the corpus does not fit.
-        CheckpointError: a ``latest`` checkpoint that cannot be read.
-        TrainingDiverged: the loss became NaN or infinite (the last good checkpoint stays).
+        CheckpointError: a ``latest`` or ``init_from`` checkpoint that cannot be read, or
+            a checkpoint that cannot be written (the previous one stays).
+        TrainingDiverged: the loss became NaN or infinite, or ran away far above the
+            uniform baseline (nothing is saved from that state; the last good checkpoint stays).
     """
     trainer = Trainer(config, run_dir, resume=resume, quiet=quiet)
+    if trainer.summary is not None:  # resumed a run that had already finished
+        return trainer.summary
     progress = trainer.state.progress
-    with _StopRequest(should_stop) as stop_requested, trainer.bar:
+    with _StopRequest(should_stop) as stop_requested, trainer.display:
         while not progress.finished:
             epoch_ended = trainer.train_window()
             if epoch_ended:
@@ -217,55 +245,130 @@ def train(
             stop = stop_requested(progress)
             validate = epoch_ended or progress.finished or trainer.due(config.valid_every_steps)
             if validate or stop or trainer.due(config.checkpoint_every_steps):
-                trainer.check_finite(weights=True)
-                improved = trainer.validate() if validate else False
-                trainer.save(best=improved)
+                trainer.check_diverged(saving=True)
+                trainer.save(trainer.validate() if validate else None)
                 if validate:  # it and the save took time too: max_seconds may be spent now
                     progress.finished = out_of_budget(config, progress)
-                stop = stop or stop_requested.sigint  # Ctrl-C during the validation or the save
+                stop = stop or stop_requested.signal is not None  # a signal during the validation or the save
             if stop:
-                raise trainer.interrupted()
+                raise trainer.interrupted(stop_requested.signal)
     return trainer.finish()
 
 
+def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """The configuration to resume a run with: the one its ``latest`` checkpoint holds (or,
+    for a run killed before its first checkpoint, its ``config.yaml``), with ``key=value``
+    overrides applied.
+
+    Raises:
+        RunError: ``run_dir`` is not a run folder.
+        CheckpointError: its stored configuration cannot be read.
+        ConfigError: a bad override (whether a resume may change it is checked by :func:`train`).
+    """
+    run_dir = Path(run_dir)
+    checkpoints = checkpoint.RunCheckpoints(run_dir)
+    if checkpoints.has_latest():
+        source = checkpoints.latest / checkpoint.CONFIG_FILE
+    elif (run_dir / "config.yaml").is_file():
+        source = run_dir / "config.yaml"
+    elif run_dir.is_dir():
+        raise RunError(f"{run_dir} is not a run folder (it has no config.yaml or checkpoint); "
+                       f"start a run with --preset or --config")
+    else:
+        raise RunError(f"no run folder {run_dir} to resume")
+    try:
+        load_config(source)
+    except ConfigError as e:
+        raise CheckpointError(f"{source}: {e}") from None
+    return load_config(source, overrides)
+
+
+def config_changes(old, new) -> dict[str, list]:
+    """The settings that differ between two configurations of one kind (:class:`TrainConfig`
+    or :class:`SHARNNConfig`), as ``{key: [old, new]}`` with dotted keys for the model."""
+    before, after = _flatten(dataclasses.asdict(old)), _flatten(dataclasses.asdict(new))
+    return {key: [before[key], after[key]] for key in before if before[key] != after[key]}
+
+
+def _flatten(mapping: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
 class Trainer:
-    """One run of the recipe: its set-up (or resume) and the named steps :func:`train`
-    calls, around a :class:`TrainingState`."""
+    """One run of the recipe: its set-up (a new run, a resumed one, or one started from
+    trained weights) and the named steps :func:`train` calls, around a :class:`TrainingState`."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False):
         self.config, self.run_dir, self.quiet = config, Path(run_dir), quiet
+        self.summary = None
+        self.checkpoints = checkpoint.RunCheckpoints(self.run_dir)
+        changes = self._check_resume_config() if resume else {}
         self.runtime = Runtime.for_training(config)
         self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
         check_corpus(config, self.corpus)
         self.state = TrainingState(config, self.runtime)
-        self.checkpoints = checkpoint.RunCheckpoints(self.run_dir)
-        if resume:
-            self._resume()
-        else:
-            self._create_run_folder()
         self.batched = batchify(self.corpus.train, config.train_streams)
+        if resume and self.checkpoints.has_latest():
+            self._resume(changes)
+        else:
+            self._start(restart=resume)
+        if self.summary is not None:
+            return  # nothing to train: train() returns the summary
         self.param_names = {p: n for n, p in self.state.model.state_dict(keep_vars=True).items()}
         device = self.runtime.device
         self.loss_sum = torch.zeros((), device=device)  # accumulated on the device; read at log steps
-        self.first_bad_step = torch.zeros((), dtype=torch.long, device=device)
+        self.divergence = Divergence(config.model.vocab_size, device)
         self.log_steps = self.log_tokens = 0
         self.log_start = time.perf_counter()
         self.clock_start = time.perf_counter() - self.state.progress.elapsed
-        rows, progress = self.batched.shape[0], self.state.progress
-        self.bar = tqdm(total=config.epochs * (rows - 1), initial=progress.epoch * (rows - 1) + progress.row,
-                        unit="B", unit_scale=True, disable=True if quiet else None, desc="train", dynamic_ncols=True)
+        self.display = ProgressDisplay("train", config.progress_every_seconds, enabled=not quiet, start=self.budget_used())
 
-    def _create_run_folder(self) -> None:
-        if self.run_dir.exists():
+    def _check_resume_config(self) -> dict[str, list]:
+        """The settings this resume changes; refuses any that would change what the
+        checkpoint holds."""
+        changes = config_changes(resume_config(self.run_dir), self.config)
+        refused = [key for key in changes if key not in RESUMABLE]
+        if refused:
+            raise ConfigError(
+                f"a resumed run cannot change {', '.join(refused)} (the model, the data or the optimizer state its "
+                f"checkpoint holds); start a new run, from its weights with --init-from {self.run_dir} "
+                f"(a resume may change: {', '.join(sorted(RESUMABLE))})"
+            )
+        return changes
+
+    def _start(self, restart: bool) -> None:
+        """A new run, or (``restart``) a run folder that has no checkpoint yet, from step 0."""
+        if self.config.init_from:
+            source = checkpoint.resolve(self.config.init_from)
+            changes = config_changes(checkpoint.read_config(source).model, self.config.model)
+            refused = [f"model.{key} {theirs} -> {ours}" for key, (theirs, ours) in changes.items() if key not in INIT_CHANGES]
+            if refused:
+                raise ConfigError(f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
+                                  f"(only {', '.join(sorted(INIT_CHANGES))} may differ)")
+            checkpoint.load_weights(self.state.model, source, self.runtime.device)
+        if restart:
+            self.say(f"{self.run_dir} has no checkpoint yet: starting it again from step 0")
+        elif self.run_dir.exists():
             raise RunError(f"run folder {self.run_dir} already exists; resume it with --resume or choose another --out")
-        self.run_dir.mkdir(parents=True)
-        (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
-        self.metrics = MetricsLog(self.run_dir)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=restart)
+            _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
+        except OSError as e:
+            raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
+        self.metrics = MetricsLog(self.run_dir, resume_step=0 if restart else None)
         model = self.state.model
         self.say(f"model: {model.num_parameters() / 1e6:.2f}M parameters "
                  f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {self.runtime.describe()}")
+        if self.config.init_from:
+            self.say(f"weights from {source}; a new optimizer and schedule")
 
-    def _resume(self) -> None:
+    def _resume(self, changes: dict[str, list]) -> None:
         saved = self.checkpoints.load_latest(self.config.model.n_layers, self.runtime.device)
         try:
             self.state.load_state_dict(saved)
@@ -273,10 +376,20 @@ class Trainer:
             detail = " ".join(str(e).split())[:300]
             raise CheckpointError(f"cannot resume from {self.checkpoints.latest.resolve()}: {detail}") from None
         progress = self.state.progress
-        progress.finished = progress.finished or out_of_budget(self.config, progress)
+        progress.finished = out_of_budget(self.config, progress)
         self.checkpoints.repair_best(progress.best_step)
+        summary = _read_summary(self.run_dir)
+        if progress.finished and summary is not None and summary.get("steps") == progress.step:
+            self.summary = summary
+            self.say(f"{self.run_dir} has finished (step {progress.step}, epoch {self.epochs_done():.2f}); "
+                     f"to train on, resume it with a larger max_steps, epochs or max_seconds")
+            return
         self.metrics = MetricsLog(self.run_dir, resume_step=progress.step)
-        self.say(f"resuming {self.run_dir} at step {progress.step} (epoch {progress.epoch + 1}, row {progress.row})")
+        self.say(f"resuming {self.run_dir} at step {progress.step} (epoch {self.epochs_done():.2f})")
+        if changes:
+            self.metrics.log({"split": "config", "step": progress.step, "epoch": round(self.epochs_done(), 4), "changes": changes})
+            _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
+            self.say("changed: " + ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changes.items()))
 
     def say(self, message: str) -> None:
         if not self.quiet:
@@ -285,6 +398,21 @@ class Trainer:
     def due(self, every: int) -> bool:
         """Whether a periodic event of period ``every`` steps (0: never) falls on this step."""
         return every > 0 and self.state.progress.step % every == 0
+
+    def epochs_done(self) -> float:
+        """Epochs of training done: whole epochs plus the fraction of the current one."""
+        progress = self.state.progress
+        return progress.epoch + progress.row / (self.batched.shape[0] - 1)
+
+    def budget_used(self) -> float:
+        """The fraction of the run done, by whichever limit ends it first."""
+        config, progress = self.config, self.state.progress
+        used = [self.epochs_done() / config.epochs]
+        if config.max_steps > 0:
+            used.append(progress.step / config.max_steps)
+        if config.max_seconds > 0:
+            used.append(progress.elapsed / config.max_seconds)
+        return min(max(used), 1.0)
 
     def train_window(self) -> bool:
         """One optimizer step on the next window of the train streams; logs every
@@ -301,28 +429,30 @@ class Trainer:
             state.model, state.optimizer, state.scaler, inputs, targets, state.recurrent_state, config.clip,
             self.runtime.autocast_dtype,
         )
-        self.first_bad_step.copy_(torch.where((self.first_bad_step == 0) & ~torch.isfinite(loss), progress.step, self.first_bad_step))
+        self.divergence.watch(loss, progress.step)
         self.loss_sum += loss
         self.log_steps += 1
         self.log_tokens += length * config.train_streams
         progress.row += length
         progress.elapsed = time.perf_counter() - self.clock_start
-        self.bar.update(length)
         if self.due(config.log_every_steps):
             self._log_training(lr, grad_norm)
+        steps = f"{progress.step}/{config.max_steps}" if config.max_steps > 0 else progress.step
+        self.display.update(self.budget_used(), step=steps, epoch=f"{self.epochs_done():.2f}/{config.epochs}")
         return progress.row >= rows - 1
 
     def _log_training(self, lr: float, grad_norm: torch.Tensor) -> None:
-        self.check_finite()
+        self.check_diverged()
         progress, now = self.state.progress, time.perf_counter()
         bpc = float(self.loss_sum) / self.log_steps / math.log(2)
         record = {
-            "split": "train", "step": progress.step, "epoch": progress.epoch, "seconds": round(progress.elapsed, 2),
-            "bpc": bpc, "lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": self.log_tokens / (now - self.log_start),
+            "split": "train", "step": progress.step, "epoch": round(self.epochs_done(), 4),
+            "seconds": round(progress.elapsed, 2), "bpc": bpc, "lr": lr, "grad_norm": float(grad_norm),
+            "tokens_per_s": self.log_tokens / (now - self.log_start),  # training time only: see _paused
         }
         trust = {f"trust_ratio/{self.param_names[p]}": float(r) for p, r in self.state.optimizer.trust_ratios.items()}
         self.metrics.log(record, trust)
-        self.bar.set_postfix(bpc=f"{bpc:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
+        self.display.update(bpc=f"{bpc:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}", lr=f"{lr:.2e}")
         self.loss_sum.zero_()
         self.log_steps = self.log_tokens = 0
         self.log_start = now
@@ -332,47 +462,84 @@ class Trainer:
         progress = self.state.progress
         progress.epoch, progress.row, self.state.recurrent_state = progress.epoch + 1, 0, None
 
-    def check_finite(self, weights: bool = False) -> None:
-        """Stop on a non-finite loss (and, before a save, non-finite weights).
+    def check_diverged(self, saving: bool = False) -> None:
+        """Stop a run that has diverged (see :class:`Divergence`). Before a save (``saving``)
+        the weights must be finite and the last loss not far above the uniform baseline,
+        so that no checkpoint is written from a diverged state.
 
         Raises:
-            TrainingDiverged: naming the first bad step and the last good checkpoint.
+            TrainingDiverged: what happened and at which step, the last good checkpoint,
+                and how to resume it.
         """
-        bad = int(self.first_bad_step)
-        if not bad and weights and not all(bool(torch.isfinite(p).all()) for p in self.state.model.parameters()):
-            bad = self.state.progress.step
-        if bad:
-            kept = (f"the last good checkpoint is {self.checkpoints.latest}" if self.checkpoints.latest.exists()
-                    else "no checkpoint was written")
-            raise TrainingDiverged(f"loss or weights became NaN or infinite at step {bad}; stopped ({kept})")
+        problem = self.divergence.problem(self.state.progress.step if saving else None)
+        if problem is None and saving and not all(bool(torch.isfinite(p).all()) for p in self.state.model.parameters()):
+            problem = f"the weights became NaN or infinite at step {self.state.progress.step}"
+        if problem is None:
+            return
+        if self.checkpoints.has_latest():
+            step = checkpoint.read_info(self.checkpoints.latest).get("step", "?")
+            kept = (f"the last good checkpoint, step {step}, is kept: resume it with a lower learning rate, "
+                    f"e.g. sharnn train --resume {self.run_dir} lr={self.config.lr / 4:g}")
+        else:
+            kept = "no checkpoint was written; start again with a lower lr"
+        raise TrainingDiverged(f"training diverged: {problem}; stopped without saving ({kept})")
 
-    def validate(self) -> bool:
-        """Score the valid split; log it; return whether it is the best so far."""
-        config, progress = self.config, self.state.progress
-        result = evaluate(self.state.model, self.corpus.valid, config.valid_streams, config.bptt, self.runtime.autocast_dtype)
-        improved = result.bpc < progress.best_valid_bpc
-        if improved:
-            progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
-        self.metrics.log({"split": "valid", "step": progress.step, "epoch": progress.epoch,
-                          "seconds": round(progress.elapsed, 2), "bpc": result.bpc, "nats": result.nats})
-        self.metrics.plot()
-        self.say(f"step {progress.step} epoch {progress.epoch + 1}: valid {result.bpc:.4f} BPC" + (" (best)" if improved else ""))
-        return improved
+    def validate(self) -> float:
+        """Score the valid split, log it and return its BPC (a new best updates the progress)."""
+        with self._paused():
+            config, progress = self.config, self.state.progress
+            with ProgressDisplay("valid", config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
+                result = evaluate(self.state.model, self.corpus.valid, config.valid_streams, config.bptt,
+                                  self.runtime.autocast_dtype, progress=display)
+            improved = result.bpc < progress.best_valid_bpc
+            if improved:
+                progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
+            self.metrics.log({"split": "valid", "step": progress.step, "epoch": round(self.epochs_done(), 4),
+                              "seconds": round(progress.elapsed, 2), "bpc": result.bpc, "nats": result.nats})
+            self.metrics.plot()
+            self.say(f"step {progress.step} (epoch {self.epochs_done():.2f}): valid {result.bpc:.4f} BPC"
+                     + (" (best)" if improved else ""))
+        return result.bpc
 
-    def save(self, best: bool) -> None:
-        """Checkpoint the training state as ``latest`` (and ``best``)."""
-        self.state.progress.elapsed = time.perf_counter() - self.clock_start
-        self.checkpoints.save(self.state.progress.step, self.config, self.state.state_dict(), best=best)
+    def save(self, valid_bpc: float | None) -> None:
+        """Checkpoint the training state as ``latest`` (and ``best`` when ``valid_bpc``,
+        this step's validation, is the best so far)."""
+        with self._paused():
+            progress = self.state.progress
+            progress.elapsed = time.perf_counter() - self.clock_start
+            info = {"step": str(progress.step), "epochs": f"{self.epochs_done():.4f}",
+                    "best_valid_bpc": repr(progress.best_valid_bpc), "best_step": str(progress.best_step)}
+            if valid_bpc is not None:
+                info["valid_bpc"] = repr(valid_bpc)
+            best = valid_bpc is not None and progress.best_step == progress.step
+            self.checkpoints.save(progress.step, self.config, self.state.state_dict(), best=best, info=info)
 
-    def interrupted(self) -> Interrupted:
-        return Interrupted(f"interrupted at step {self.state.progress.step}; continue with: sharnn train --resume {self.run_dir}")
+    @contextmanager
+    def _paused(self):
+        """Time spent inside is not training time: it does not count in ``tokens_per_s``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.log_start += time.perf_counter() - start
+
+    def interrupted(self, signum: int | None) -> Interrupted:
+        """The error that ends a stopped run (exit status 128 + the signal: 130 for Ctrl-C)."""
+        name = " by SIGTERM" if signum == signal.SIGTERM else ""
+        return Interrupted(f"interrupted{name} at step {self.state.progress.step}; "
+                           f"continue with: sharnn train --resume {self.run_dir}",
+                           exit_code=128 + (signum or signal.SIGINT))
 
     def finish(self) -> dict:
         """Test the best checkpoint, write ``summary.json``, print a sample; the summary."""
         config, progress, model = self.config, self.state.progress, self.state.model
         checkpoint.load_weights(model, self.checkpoints.best, self.runtime.device)
-        test = evaluate(model, self.corpus.test, config.test_streams, config.bptt, self.runtime.autocast_dtype)
-        self.metrics.log({"split": "test", "step": progress.best_step, "epoch": progress.epoch, "bpc": test.bpc, "nats": test.nats})
+        with ProgressDisplay("test", config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
+            test = evaluate(model, self.corpus.test, config.test_streams, config.bptt, self.runtime.autocast_dtype,
+                            progress=display)
+        self.metrics.log({"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
+                          "bpc": test.bpc, "nats": test.nats})
+        self.metrics.plot()
         summary = {
             "run_dir": str(self.run_dir),
             "valid_bpc": progress.best_valid_bpc,
@@ -380,28 +547,65 @@ class Trainer:
             "test_perplexity": test.perplexity,
             "best_step": progress.best_step,
             "steps": progress.step,
-            "epochs": progress.epoch,
+            "epochs": round(self.epochs_done(), 4),
             "train_seconds": round(progress.elapsed, 1),
             "parameters": model.num_parameters(),
             "parameters_collapsed": model.num_parameters(collapsed=True),
         }
-        tmp = self.run_dir / ".summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2) + "\n")
-        tmp.replace(self.run_dir / "summary.json")
+        _write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         self.metrics.close()
         if config.sample_bytes and not self.quiet:
             self._print_sample()
         return summary
 
     def _print_sample(self) -> None:
-        tokenizer = ByteTokenizer()
+        tokenizer, n = ByteTokenizer(), self.config.sample_bytes
         prompt = tokenizer.encode(bytes(self.corpus.test[:256]))
-        steps = generate(self.state.model, prompt.view(-1, 1), self.config.sample_bytes, temperature=0.8,
+        steps = generate(self.state.model, prompt.view(-1, 1), n, temperature=0.8,
                          seed=self.config.seed, autocast_dtype=self.runtime.autocast_dtype)
         sample = [int(tokens[0]) for tokens in steps]
-        print("\n--- sample (prompt: the first 256 bytes of the test split) ---", file=sys.stderr)
-        print(tokenizer.decode(prompt.tolist() + sample))
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for header, ids, final in (("prompt: the first 256 bytes of the test split", prompt.tolist(), False),
+                                   (f"sample: {n} bytes generated at temperature 0.8", sample, True)):
+            print(f"\n--- {header} ---", file=sys.stderr, flush=True)
+            print(decoder.decode(bytes(ids), final=final), flush=True)
         print("---", file=sys.stderr)
+
+
+class Divergence:
+    """Watches the training loss on the device, without synchronising the host: a run has
+    diverged when a loss is NaN or infinite, or when it stays above ``FACTOR`` times the
+    uniform baseline (log2 of the vocabulary: 8 bits for bytes) for more than
+    ``GRACE_STEPS`` steps in a row (docs/training.md, "Divergence")."""
+
+    FACTOR = 2.0
+    GRACE_STEPS = 20
+
+    def __init__(self, vocab_size: int, device: torch.device):
+        self.uniform_bits = math.log2(vocab_size)
+        self.limit_nats = self.FACTOR * math.log(vocab_size)
+        self.first_nonfinite = torch.zeros((), dtype=torch.long, device=device)
+        self.first_runaway = torch.zeros((), dtype=torch.long, device=device)
+        self.streak = torch.zeros((), dtype=torch.long, device=device)
+
+    def watch(self, loss: torch.Tensor, step: int) -> None:
+        """Note this step's loss (nats per token, a 0-dim tensor)."""
+        self.streak = torch.where(loss > self.limit_nats, self.streak + 1, 0)
+        for first, bad in ((self.first_nonfinite, ~torch.isfinite(loss)), (self.first_runaway, self.streak > self.GRACE_STEPS)):
+            first.copy_(torch.where((first == 0) & bad, step, first))
+
+    def problem(self, saving_step: int | None = None) -> str | None:
+        """What went wrong, or None. At a save (``saving_step``), a loss above the limit
+        is a problem even within the grace period."""
+        nonfinite, runaway = int(self.first_nonfinite), int(self.first_runaway)
+        limit = f"{self.FACTOR * self.uniform_bits:g} bits per token ({self.FACTOR:g} x the uniform {self.uniform_bits:g})"
+        if nonfinite and not (runaway and runaway < nonfinite):
+            return f"the loss became NaN or infinite at step {nonfinite}"
+        if runaway:
+            return f"the loss stayed above {limit} for {self.GRACE_STEPS} steps, up to step {runaway}"
+        if saving_step is not None and int(self.streak) > 0:
+            return f"the loss was above {limit} at step {saving_step}, where a checkpoint was due"
+        return None
 
 
 def check_corpus(config: TrainConfig, corpus) -> None:
@@ -427,30 +631,46 @@ def check_corpus(config: TrainConfig, corpus) -> None:
             raise DataError(f"corpus {config.data}: the {split} split has {size:,} bytes, too few for {streams} streams")
 
 
+def _read_summary(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 class _StopRequest:
-    """Whether to stop after this step: Ctrl-C (SIGINT, turned into a flag so that the
-    run stops at a step boundary and saves ``latest``; a second Ctrl-C interrupts at
-    once), or the caller's ``should_stop``."""
+    """Whether to stop after this step: Ctrl-C or SIGTERM (the signal schedulers send
+    before preempting a job), turned into a flag so that the run stops at a step boundary
+    and saves ``latest`` (a second signal interrupts at once); or the caller's
+    ``should_stop``."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, should_stop: Callable[[Progress], bool] | None):
         self.should_stop = should_stop
-        self.sigint = False
-        self._previous = None
+        self.signal: int | None = None  # the first signal received
+        self._previous = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
 
     def __call__(self, progress: Progress) -> bool:
         asked = self.should_stop is not None and bool(self.should_stop(progress))
-        return asked or self.sigint
+        return asked or self.signal is not None
 
     def _handle(self, signum, frame):
-        if self.sigint:
+        if self.signal is not None:
             raise KeyboardInterrupt
-        self.sigint = True
+        self.signal = signum
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)

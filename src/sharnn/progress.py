@@ -1,0 +1,86 @@
+"""Progress shown while training and evaluating: a tqdm bar on a terminal; elsewhere (a
+log file, a scheduler's output) one plain line every ``every_seconds``.
+
+Progress is a fraction of the whole job, so that the bar and its estimate of the time
+left follow whichever limit ends it (epochs, ``max_steps`` or ``max_seconds`` for
+training; the windows of a split for evaluation).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tqdm import tqdm
+
+_STEPS = 1000  # resolution of the bar: tenths of a percent
+
+
+class ProgressDisplay:
+    """Progress of one job, as a fraction done in [0, 1] and a few named fields.
+
+    Args:
+        label: what is running ("train", "valid", "eval").
+        every_seconds: without a terminal, the period of the plain lines.
+        enabled: False shows nothing.
+        start: the fraction already done (a resumed run), so that the estimate of the
+            time left counts only what this process did.
+        leave: keep the bar on screen after :meth:`close` (False for a nested bar).
+    """
+
+    def __init__(self, label: str, every_seconds: float = 30.0, *, enabled: bool = True, start: float = 0.0, leave: bool = True):
+        self.label, self.every_seconds, self.enabled = label, every_seconds, enabled
+        self.terminal = enabled and sys.stderr.isatty()
+        self.fraction = self.start = min(max(start, 0.0), 1.0)
+        self.fields: dict[str, str] = {}
+        self.clock = self.last_line = time.perf_counter()
+        self.bar = None
+        if self.terminal:
+            self.bar = tqdm(total=_STEPS, initial=round(self.start * _STEPS), desc=label, leave=leave, file=sys.stderr,
+                            dynamic_ncols=True, bar_format="{desc} {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]")
+
+    def update(self, fraction: float | None = None, **fields) -> None:
+        """Set the fraction done and any fields (shown as ``name value``); a plain line is
+        due only when the fraction is given."""
+        self.fields.update({k: str(v) for k, v in fields.items()})
+        if self.bar is not None:
+            self.bar.set_postfix_str(self._fields(), refresh=fraction is None)
+        if fraction is None:
+            return
+        self.fraction = min(max(fraction, 0.0), 1.0)
+        if self.bar is not None:
+            self.bar.update(round(self.fraction * _STEPS) - self.bar.n)
+        elif self.enabled and time.perf_counter() - self.last_line >= self.every_seconds:
+            self.last_line = time.perf_counter()
+            print(self.line(), file=sys.stderr, flush=True)
+
+    def line(self) -> str:
+        """The plain progress line: ``label 42% | fields | elapsed 2:10, left 3:00``."""
+        spent = time.perf_counter() - self.clock
+        done = self.fraction - self.start
+        left = f"{_clock(spent * (1 - self.fraction) / done)}" if done > 0 else "?"
+        return f"{self.label} {self.fraction:4.0%} | {self._fields()} | elapsed {_clock(spent)}, left {left}"
+
+    def write(self, message: str) -> None:
+        """Print a message on its own line(s), above the bar."""
+        if self.enabled:
+            tqdm.write(message, file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _fields(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.fields.items())
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
