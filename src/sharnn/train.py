@@ -344,14 +344,7 @@ class Trainer:
 
     def _start(self, restart: bool) -> None:
         """A new run, or (``restart``) a run folder that has no checkpoint yet, from step 0."""
-        if self.config.init_from:
-            source = checkpoint.resolve(self.config.init_from)
-            changes = config_changes(checkpoint.read_config(source).model, self.config.model)
-            refused = [f"model.{key} {theirs} -> {ours}" for key, (theirs, ours) in changes.items() if key not in INIT_CHANGES]
-            if refused:
-                raise ConfigError(f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
-                                  f"(only {', '.join(sorted(INIT_CHANGES))} may differ)")
-            checkpoint.load_weights(self.state.model, source, self.runtime.device)
+        source = self._load_init_weights() if self.config.init_from else None
         if restart:
             self.say(f"{self.run_dir} has no checkpoint yet: starting it again from step 0")
         elif self.run_dir.exists():
@@ -365,8 +358,20 @@ class Trainer:
         model = self.state.model
         self.say(f"model: {model.num_parameters() / 1e6:.2f}M parameters "
                  f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {self.runtime.describe()}")
-        if self.config.init_from:
+        if source is not None:
             self.say(f"weights from {source}; a new optimizer and schedule")
+
+    def _load_init_weights(self) -> Path:
+        """Load the weights of ``init_from`` (its checkpoint folder, returned), whose model
+        settings must be this run's but for the dropouts."""
+        source = checkpoint.resolve(self.config.init_from)
+        changes = config_changes(checkpoint.read_config(source).model, self.config.model)
+        refused = [f"model.{key} {theirs} -> {ours}" for key, (theirs, ours) in changes.items() if key not in INIT_CHANGES]
+        if refused:
+            raise ConfigError(f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
+                              f"(only {', '.join(sorted(INIT_CHANGES))} may differ)")
+        checkpoint.load_weights(self.state.model, source, self.runtime.device)
+        return source
 
     def _resume(self, changes: dict[str, list]) -> None:
         saved = self.checkpoints.load_latest(self.config.model.n_layers, self.runtime.device)
