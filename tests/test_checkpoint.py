@@ -100,9 +100,10 @@ def test_load_latest_errors(tmp_path, trained_state):
     with pytest.raises(CheckpointError, match="trainer.pt"):
         checkpoints.load_latest(2, "cpu")
     checkpoints.save(8, CONFIG, trained_state.state_dict(), best=False)
-    (checkpoints.latest / "trainer.pt").write_bytes(b"not a torch file")
-    with pytest.raises(CheckpointError, match="cannot read"):
-        checkpoints.load_latest(2, "cpu")
+    for damage in (b"not a torch file", os.urandom(5000), (checkpoints.latest / "trainer.pt").read_bytes()[:3000]):
+        (checkpoints.latest / "trainer.pt").write_bytes(damage)
+        with pytest.raises(CheckpointError, match="trainer.pt is missing or corrupt"):
+            checkpoints.load_latest(2, "cpu")
 
 
 def test_crash_between_the_latest_and_best_links_resumes_consistently(tmp_path, monkeypatch):

@@ -39,6 +39,7 @@ import io
 import os
 import pickle
 import shutil
+import zipfile
 from pathlib import Path
 
 import torch
@@ -165,6 +166,8 @@ def read_checkpoint(folder: Path, n_layers: int, device: str | torch.device = "c
             state["recurrent_state"] = State.from_tensors(load_file(file, device=str(device)), n_layers)
         file = folder / TRAINER_FILE
         if file.is_file():
+            if not zipfile.is_zipfile(file):  # torch.save writes a zip; anything else is damage
+                raise EOFError
             state["trainer"] = torch.load(file, map_location=device, weights_only=True)
     except (OSError, RuntimeError, SafetensorError, KeyError, EOFError, pickle.UnpicklingError) as e:
         reason = str(e).splitlines()[0] if isinstance(e, (OSError, SafetensorError, KeyError)) else "corrupt"
