@@ -120,6 +120,7 @@ def test_invalid_yaml_is_reported_with_its_line_and_column(tmp_path):
         ("epochs", "abc", "epochs must be an integer, got 'abc'"),
         ("lr", "[1]", "lr must be a number, got [1]"),
         ("model.d_model", "1.5", "model.d_model must be an integer, got 1.5"),
+        ("model.attention", "5", "model.attention must be a word or a list of integers, got 5"),
     ],
 )
 def test_a_value_of_the_wrong_type_names_the_key_the_type_and_the_value(tmp_path, key, value, message):
@@ -130,6 +131,11 @@ def test_a_value_of_the_wrong_type_names_the_key_the_type_and_the_value(tmp_path
         with pytest.raises(ConfigError) as error:
             load_config(source, overrides)
         assert str(error.value) == message, (source, overrides)
+
+
+def test_a_folder_without_config_yaml_is_named_as_such(tmp_path):
+    with pytest.raises(ConfigError, match=r"is a folder without config.yaml; give a preset, a YAML file"):
+        load_config(tmp_path)
 
 
 def test_model_config_errors_are_config_errors():

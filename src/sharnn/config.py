@@ -187,6 +187,9 @@ def _read_mapping(source: str | Path) -> dict:
         path = Path(source)
         if path.is_dir() and (path / "config.yaml").is_file():
             path = path / "config.yaml"
+        if path.is_dir():
+            raise ConfigError(f"{name} is a folder without config.yaml; give a preset, a YAML file, or a run or "
+                              f"checkpoint folder")
         if not path.is_file():
             raise ConfigError(f"unknown preset or config file {name!r} (presets: {', '.join(preset_names())})")
         try:
@@ -235,6 +238,8 @@ def _omegaconf_message(e: OmegaConfBaseException) -> str:
     key = getattr(e, "full_key", None)
     if "not in" in message and key:
         return f"unknown config key {key!r}"
+    if "incompatible with type hint 'Union[str, list[int]]'" in message and key:  # model.attention
+        return f"{key} must be a word or a list of integers, got {e.value!r}"
     converted = re.search(r"could not be converted to (Integer|Float)$", message)
     if converted and key:  # "Value 'abc' of type 'str' could not be converted to Integer"
         expected = {"Integer": "an integer", "Float": "a number"}[converted[1]]
