@@ -30,12 +30,11 @@ class ProgressDisplay:
 
     def __init__(self, label: str, every_seconds: float = 30.0, *, enabled: bool = True, start: float = 0.0, leave: bool = True):
         self.label, self.every_seconds, self.enabled = label, every_seconds, enabled
-        self.terminal = enabled and sys.stderr.isatty()
         self.fraction = self.start = min(max(start, 0.0), 1.0)
         self.fields: dict[str, str] = {}
         self.clock = self.last_line = time.perf_counter()
         self.bar = None
-        if self.terminal:
+        if enabled and sys.stderr.isatty():
             self.bar = tqdm(total=_STEPS, initial=round(self.start * _STEPS), desc=label, leave=leave, file=sys.stderr,
                             dynamic_ncols=True, bar_format="{desc} {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]")
 
@@ -55,16 +54,11 @@ class ProgressDisplay:
             print(self.line(), file=sys.stderr, flush=True)
 
     def line(self) -> str:
-        """The plain progress line: ``label 42% | fields | elapsed 2:10, left 3:00``."""
+        """The plain progress line: ``label 42% | fields | elapsed 02:10, left 03:00``."""
         spent = time.perf_counter() - self.clock
         done = self.fraction - self.start
-        left = f"{_clock(spent * (1 - self.fraction) / done)}" if done > 0 else "?"
-        return f"{self.label} {self.fraction:4.0%} | {self._fields()} | elapsed {_clock(spent)}, left {left}"
-
-    def write(self, message: str) -> None:
-        """Print a message on its own line(s), above the bar."""
-        if self.enabled:
-            tqdm.write(message, file=sys.stderr)
+        left = tqdm.format_interval(spent * (1 - self.fraction) / done) if done > 0 else "?"
+        return f"{self.label} {self.fraction:4.0%} | {self._fields()} | elapsed {tqdm.format_interval(spent)}, left {left}"
 
     def close(self) -> None:
         if self.bar is not None:
@@ -79,8 +73,3 @@ class ProgressDisplay:
     def _fields(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.fields.items())
 
-
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
