@@ -76,10 +76,15 @@ def write_checkpoint(folder: Path, config: TrainConfig, state: dict, info: dict[
     staging = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     try:
+        files = _serialise(config, state, info)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        _check_free_space(folder.parent, _size_of(state))
+        _check_free_space(folder.parent, sum(map(len, files.values())))
         staging.mkdir()
-        _write_files(staging, config, state, info)
+        for name, data in files.items():
+            with open(staging / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(staging, folder)
     except (OSError, RuntimeError, SafetensorError) as e:
         shutil.rmtree(staging, ignore_errors=True)
@@ -88,10 +93,11 @@ def write_checkpoint(folder: Path, config: TrainConfig, state: dict, info: dict[
     return folder
 
 
-def _write_files(staging: Path, config: TrainConfig, state: dict, info: dict[str, str] | None) -> None:
-    """Serialise each file in memory, then write and flush it with plain file writes, so
-    that a full disk is an ``OSError`` naming the cause (torch.save and safetensors'
-    own writers report it as an opaque ``RuntimeError``)."""
+def _serialise(config: TrainConfig, state: dict, info: dict[str, str] | None) -> dict[str, bytes]:
+    """Each file of the checkpoint, as bytes. Serialising in memory gives the exact size to
+    check against the free space, and lets plain file writes report a full disk as an
+    ``OSError`` naming the cause (torch.save and safetensors' own writers report it as an
+    opaque ``RuntimeError``)."""
     weights = {k: v.detach().contiguous().cpu() for k, v in state["model"].items()}
     files = {MODEL_FILE: safetensors.torch.save(weights, metadata=info)}
     if state.get("recurrent_state") is not None:
@@ -102,22 +108,7 @@ def _write_files(staging: Path, config: TrainConfig, state: dict, info: dict[str
         torch.save(state["trainer"], buffer)
         files[TRAINER_FILE] = buffer.getvalue()
     files[CONFIG_FILE] = to_yaml(config).encode()
-    for name, data in files.items():
-        with open(staging / name, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-
-
-def _size_of(value) -> int:
-    """Bytes the tensors in a checkpoint's state take (its files are this plus headers)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, State):
-        value = value.tensors()
-    if isinstance(value, dict):
-        value = list(value.values())
-    return sum(map(_size_of, value)) if isinstance(value, (list, tuple)) else 0
+    return files
 
 
 def _check_free_space(folder: Path, size: int) -> None:
@@ -166,8 +157,8 @@ def read_checkpoint(folder: Path, n_layers: int, device: str | torch.device = "c
             state["recurrent_state"] = State.from_tensors(load_file(file, device=str(device)), n_layers)
         file = folder / TRAINER_FILE
         if file.is_file():
-            if not zipfile.is_zipfile(file):  # torch.save writes a zip; anything else is damage
-                raise EOFError
+            if not zipfile.is_zipfile(file):  # torch.save writes a zip; unpickling anything else may raise anything
+                raise pickle.UnpicklingError("not a torch.save archive")
             state["trainer"] = torch.load(file, map_location=device, weights_only=True)
     except (OSError, RuntimeError, SafetensorError, KeyError, EOFError, pickle.UnpicklingError) as e:
         reason = str(e).splitlines()[0] if isinstance(e, (OSError, SafetensorError, KeyError)) else "corrupt"
