@@ -118,9 +118,8 @@ def _figure(history: list[dict], title: str):
         points = _points(history, split)
         if points:
             ax.plot(*zip(*points), style, label=split, markersize=4)
-    tests = [point for r in history if r.get("split") == "test" for point in _points([r], "test")]
-    if tests:  # the last one logged: the test of the best checkpoint
-        step, bpc = tests[-1]
+    last_test = [r for r in history if r.get("split") == "test"][-1:]  # the test of the best checkpoint
+    for step, bpc in _points(last_test, "test"):
         ax.plot([step], [bpc], "*", color="tab:red", markersize=13, markeredgecolor="black",
                 markeredgewidth=0.6, zorder=5, label=f"test {bpc:.4f}")
     low, high = _y_range(history)
@@ -136,20 +135,8 @@ def _figure(history: list[dict], title: str):
 
 def _describe_changes(changes: dict) -> str:
     """``{"lr": [0.002, 0.001]}`` as the Markdown list ``- lr: 0.002 -> 0.001``."""
-    lines = []
-    for key, change in changes.items():
-        if isinstance(change, (list, tuple)) and len(change) == 2:
-            lines.append(f"- {key}: {_show(change[0])} -> {_show(change[1])}")
-        else:
-            lines.append(f"- {key}: {_show(change)}")
+    lines = [f"- {key}: {json.dumps(old)} -> {json.dumps(new)}" for key, (old, new) in changes.items()]
     return "\n".join(lines) or "(no changes)"
-
-
-def _show(value) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return str(value)
 
 
 def _parse_json(line: str) -> dict | None:
