@@ -8,6 +8,7 @@ option value out of its range) print one ``error:`` line and exit with status 2.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -126,7 +127,8 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
         if source is None:
             raise ConfigError("give --preset NAME or --config FILE (presets: see `sharnn info`), or --resume RUN")
         if init_from is not None:  # the model is the checkpoint's; overrides may still change its dropouts
-            config = load_config(source, [*overrides, f"init_from={init_from}"], model=read_config(init_from).model)
+            config = load_config(source, overrides, model=read_config(init_from).model)
+            config = dataclasses.replace(config, init_from=str(init_from))
         else:
             config = load_config(source, overrides)
         if out is None:
@@ -260,10 +262,9 @@ def _checkpoint_scores(path: Path) -> str:
     """``checkpoint FOLDER: step N, epoch E, valid X BPC, test Y BPC`` for the checkpoint
     at ``path`` (a run's best): what its run recorded in it, and the test BPC from the
     run's summary.json when it is the checkpoint that was tested."""
-    import json
-
     from .checkpoint import read_info, resolve
     from .errors import CheckpointError
+    from .train import read_summary
 
     try:
         folder = resolve(path)
@@ -277,12 +278,9 @@ def _checkpoint_scores(path: Path) -> str:
         parts.append(f"valid {float(info['valid_bpc']):.4f} BPC")
     elif float(info["best_valid_bpc"]) < float("inf"):
         parts.append(f"best valid so far {float(info['best_valid_bpc']):.4f} BPC (step {info['best_step']})")
-    try:
-        summary = json.loads((folder.parent.parent / "summary.json").read_text())
-        if summary.get("best_step") == int(info["step"]):
-            parts.append(f"test {summary['test_bpc']:.4f} BPC")
-    except (OSError, ValueError, KeyError):
-        pass
+    summary = read_summary(folder.parent.parent) or {}  # the run holding checkpoints/step-N
+    if summary.get("best_step") == int(info["step"]):
+        parts.append(f"test {summary['test_bpc']:.4f} BPC")
     return f"checkpoint {folder}: " + ", ".join(parts)
 
 

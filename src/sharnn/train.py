@@ -45,7 +45,7 @@ from . import checkpoint
 from .config import TrainConfig, load_config, to_yaml
 from .data import ByteTokenizer, batchify, get_batch, load_corpus, window_length
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
-from .evaluate import evaluate
+from .evaluate import EvalResult, evaluate
 from .generate import generate
 from .metrics import MetricsLog
 from .model import SHARNN, State
@@ -383,7 +383,7 @@ class Trainer:
         progress = self.state.progress
         progress.finished = out_of_budget(self.config, progress)
         self.checkpoints.repair_best(progress.best_step)
-        summary = _read_summary(self.run_dir)
+        summary = read_summary(self.run_dir)
         if progress.finished and summary is not None and summary.get("steps") == progress.step:
             self.summary = summary
             self.say(f"{self.run_dir} has finished (step {progress.step}, epoch {self.epochs_done():.2f}); "
@@ -492,10 +492,8 @@ class Trainer:
     def validate(self) -> float:
         """Score the valid split, log it and return its BPC (a new best updates the progress)."""
         with self._paused():
-            config, progress = self.config, self.state.progress
-            with ProgressDisplay("valid", config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
-                result = evaluate(self.state.model, self.corpus.valid, config.valid_streams, config.bptt,
-                                  self.runtime.autocast_dtype, progress=display)
+            progress = self.state.progress
+            result = self._evaluate("valid", self.config.valid_streams)
             improved = result.bpc < progress.best_valid_bpc
             if improved:
                 progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
@@ -519,6 +517,13 @@ class Trainer:
             best = valid_bpc is not None and progress.best_step == progress.step
             self.checkpoints.save(progress.step, self.config, self.state.state_dict(), best=best, info=info)
 
+    def _evaluate(self, split: str, streams: int) -> EvalResult:
+        """Score a split with the paper's protocol, showing its progress."""
+        config = self.config
+        with ProgressDisplay(split, config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
+            return evaluate(self.state.model, self.corpus.split(split), streams, config.bptt,
+                            self.runtime.autocast_dtype, progress=display)
+
     @contextmanager
     def _paused(self):
         """Time spent inside is not training time: it does not count in ``tokens_per_s``."""
@@ -539,9 +544,7 @@ class Trainer:
         """Test the best checkpoint, write ``summary.json``, print a sample; the summary."""
         config, progress, model = self.config, self.state.progress, self.state.model
         checkpoint.load_weights(model, self.checkpoints.best, self.runtime.device)
-        with ProgressDisplay("test", config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
-            test = evaluate(model, self.corpus.test, config.test_streams, config.bptt, self.runtime.autocast_dtype,
-                            progress=display)
+        test = self._evaluate("test", config.test_streams)
         self.metrics.log({"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
                           "bpc": test.bpc, "nats": test.nats})
         self.metrics.plot()
@@ -636,7 +639,8 @@ def check_corpus(config: TrainConfig, corpus) -> None:
             raise DataError(f"corpus {config.data}: the {split} split has {size:,} bytes, too few for {streams} streams")
 
 
-def _read_summary(run_dir: Path) -> dict | None:
+def read_summary(run_dir: str | Path) -> dict | None:
+    """A run's ``summary.json`` (written when it finished), or None."""
     try:
         return json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
