@@ -246,9 +246,10 @@ def test_memory_alone_carries_information_into_the_next_window():
 
 
 @pytest.mark.parametrize("attention", ["single", "all"])
-@pytest.mark.parametrize("lengths", [[7, 13, 1, 19], [20, 20], [5] * 8, [1, 1, 38]])
+@pytest.mark.parametrize("lengths", [[7, 13, 1, 19], [20, 20], [5] * 8, [1, 1, 38], [1] * 40])
 def test_one_window_equals_several_windows_within_the_span(attention, lengths):
-    """With L <= span every query sees every earlier position either way."""
+    """With L <= span every query sees every earlier position either way. Windows of one
+    position run the LSTM through its cell (generation, compression)."""
     model = make_model(attention=attention, attention_span=40)
     tokens = random_tokens(40)
     with torch.no_grad():

@@ -396,6 +396,8 @@ class Block(nn.Module):
         """
         device = x.device.type
         if not torch.is_autocast_enabled(device):
+            if x.shape[0] == 1:
+                return self._one_step(x, lstm_state)
             return self.lstm(x, lstm_state)
         dtype = torch.get_autocast_dtype(device)
         weights = {name: w.to(dtype) for name, w in self.lstm.named_parameters()}
@@ -407,6 +409,17 @@ class Block(nn.Module):
             u, (h, c) = torch.func.functional_call(self.lstm, weights, (x.to(dtype), lstm_state))
         param_dtype = self.lstm.weight_hh_l0.dtype
         return u, (h.to(param_dtype), c.to(param_dtype))
+
+    def _one_step(self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """The same LSTM on a window of one position ``[1, B, d]`` (generation, compression),
+        through the cell (``torch.lstm_cell``, what ``nn.LSTMCell`` runs): the sequence
+        kernel's set-up per call costs several times the step itself on CPU."""
+        if lstm_state is None:
+            lstm_state = (x.new_zeros(x.shape), x.new_zeros(x.shape))
+        lstm = self.lstm
+        h, c = torch.lstm_cell(x[0], (lstm_state[0][0], lstm_state[1][0]), lstm.weight_ih_l0, lstm.weight_hh_l0,
+                               lstm.bias_ih_l0, lstm.bias_hh_l0)
+        return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
 
 
 class SHARNN(nn.Module):
