@@ -1,4 +1,4 @@
-"""The ``sharnn`` command line: prepare, train, eval, generate, info.
+"""The ``sharnn`` command line: prepare, train, eval, generate, compress, decompress, info.
 
 User errors (bad config, missing file, wrong checksum, incompatible checkpoint, ...)
 print one ``error:`` line and exit with status 1; usage errors (an unknown option, an
@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import os
 import sys
+import tempfile
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -222,6 +225,140 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
         out.write(decoder.decode(bytes([int(tokens[0])])))
         out.flush()
     out.write(decoder.decode(b"", final=True) + "\n")
+
+
+@main.command()
+@click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
+@click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
+@click.option("--model", "model_path", default=None, type=click.Path(path_type=Path),
+              help="The run (its best checkpoint) or checkpoint that predicts the bytes.")
+@click.option("--online", is_flag=True,
+              help="No model file: a fixed-seed model learns from the bytes already coded; key=value overrides "
+                   "change its settings (e.g. lr=0.003 bptt=64).")
+@click.option("--streams", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Contiguous pieces coded side by side: faster, each starts cold.")
+@click.option("--device", default="cpu", show_default=True,
+              help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.")
+@click.option("--force", "-f", is_flag=True, help="Replace DEST if it exists.")
+@click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
+@click.argument("overrides", nargs=-1)
+def compress(source, dest, model_path, online, streams, device, force, quiet, overrides):
+    """Compress SOURCE to DEST (`-`: standard input or output) with a model, exactly
+    invertible by `sharnn decompress` (docs/compression.md)."""
+    from .checkpoint import load_model
+    from .compress import compress as encode
+    from .compress import online_config, online_model
+    from .errors import ConfigError
+    from .progress import ProgressDisplay
+    from .runtime import resolve_device
+
+    if online == (model_path is not None):
+        raise ConfigError("give --model RUN_OR_CHECKPOINT or --online")
+    if overrides and not online:
+        raise ConfigError(f"key=value settings ({overrides[0]}) are for --online only")
+    _check_destination(source, dest, force)
+    data = _read_input(source)
+    target = resolve_device(device)
+    if online:
+        settings = online_config(overrides)
+        model = online_model(settings).to(target)
+    else:
+        model, settings = load_model(model_path, device=target)[0], None
+    started = time.perf_counter()
+    with ProgressDisplay("compress", enabled=not quiet) as progress:
+        blob = encode(data, model, streams=streams, online=settings, progress=progress)
+    _write_output(dest, blob)
+    seconds = time.perf_counter() - started
+    click.echo(f"compressed {source}: {len(data):,} -> {len(blob):,} bytes, "
+               f"{8 * len(blob) / max(len(data), 1):.4f} bits per byte, {min(streams, len(data))} streams, "
+               f"{len(data) / seconds:,.0f} bytes/s ({seconds:.1f} s)", err=str(dest) == "-")
+
+
+@main.command()
+@click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
+@click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
+@click.option("--model", "model_path", default=None, type=click.Path(path_type=Path),
+              help="The run or checkpoint SOURCE was compressed with (not for --online files).")
+@click.option("--force", "-f", is_flag=True, help="Replace DEST if it exists.")
+@click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
+def decompress(source, dest, model_path, force, quiet):
+    """Decompress SOURCE to DEST (`-`: standard input or output). Every stream's CRC32 is
+    checked before anything is written; on any mismatch nothing is."""
+    from .checkpoint import load_model
+    from .compress import decompress as decode
+    from .compress import read_header
+    from .errors import ConfigError
+    from .progress import ProgressDisplay
+
+    _check_destination(source, dest, force)
+    blob = _read_input(source)
+    header, _ = read_header(blob, str(source))
+    model = None
+    if model_path is not None:
+        if header.mode == "online":
+            raise ConfigError(f"{source} was compressed in online mode: decompress it without --model")
+        device = header.environment["device"]
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"{source} was compressed on CUDA ({header.environment.get('gpu')}): decompress it on "
+                              "a machine with the same GPU type and library versions")
+        model = load_model(model_path, device=device)[0]
+    started = time.perf_counter()
+    with ProgressDisplay("decompress", enabled=not quiet) as progress:
+        data = decode(blob, model, name=str(source), progress=progress)
+    _write_output(dest, data)
+    seconds = time.perf_counter() - started
+    click.echo(f"decompressed {source}: {len(blob):,} -> {len(data):,} bytes, CRC32 of {header.streams} streams "
+               f"checked, {len(data) / seconds:,.0f} bytes/s ({seconds:.1f} s)", err=str(dest) == "-")
+
+
+def _check_destination(source: Path, dest: Path, force: bool) -> None:
+    """Refuse, before any work, a destination that would overwrite the source or an
+    existing file (without ``force``), or whose folder does not exist."""
+    from .errors import ConfigError
+
+    if str(dest) == "-":
+        return
+    if str(source) != "-" and dest.exists() and dest.resolve() == source.resolve():
+        raise ConfigError(f"{dest} is the input file")
+    if dest.exists() and not force:
+        raise ConfigError(f"{dest} exists; give --force to replace it")
+    if dest.is_dir():
+        raise ConfigError(f"{dest} is a folder")
+    if not dest.absolute().parent.is_dir():
+        raise ConfigError(f"no folder {dest.absolute().parent}")
+
+
+def _read_input(source: Path) -> bytes:
+    from .errors import DataError
+
+    if str(source) == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return source.read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot read {source}: {e.strerror or e}") from None
+
+
+def _write_output(dest: Path, data: bytes) -> None:
+    """Write ``data`` to standard output (``-``), or to a temporary file beside ``dest``
+    that is renamed over it once complete: never a half-written ``dest``."""
+    if str(dest) == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    fd, tmp = tempfile.mkstemp(dir=dest.absolute().parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have made it, not mkstemp's 0600
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _runtime(device: str, precision: str, fast_path: str):

@@ -137,14 +137,14 @@ def preset_names() -> list[str]:
 
 
 def load_config(
-    source: str | Path | None = None,
+    source: str | Path | dict | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     *,
     model: SHARNNConfig | None = None,
 ) -> TrainConfig:
     """The one way to build a :class:`TrainConfig`: the defaults (the paper's recipe),
-    then a preset name, a YAML file or a folder holding ``config.yaml`` (a run or a
-    checkpoint), then ``model`` when given (it replaces the model settings: a run that
+    then a preset name, a YAML file, a folder holding ``config.yaml`` (a run or a
+    checkpoint) or a mapping of the same keys, then ``model`` when given (it replaces the model settings: a run that
     starts from a checkpoint's weights takes its model), then ``key=value`` overrides
     (dotted keys for the model: ``model.d_model=256``); validated.
 
@@ -155,7 +155,8 @@ def load_config(
     merged = OmegaConf.structured(TrainConfig)
     try:
         if source is not None:
-            merged = OmegaConf.merge(merged, _check_shapes(_read_mapping(source)))
+            mapping = source if isinstance(source, dict) else _read_mapping(source)
+            merged = OmegaConf.merge(merged, _check_shapes(mapping))
         if model is not None:
             merged.model = OmegaConf.structured(model)
         for item in overrides:

@@ -1,0 +1,390 @@
+"""Lossless compression driven by the model: range coding of every byte under the model's
+next-byte distribution, with ``constriction`` (docs/compression.md).
+
+A byte of probability ``p`` costs ``-log2 p`` bits, so a file compresses to about its
+length times the model's bits per byte. Two modes:
+
+- **model**: a trained checkpoint predicts (as ts_zip); the same checkpoint decompresses.
+- **online**: no model file. A fixed-seed initialisation is trained, window by window,
+  on the bytes already coded (as nncp and cmix); the decoder trains identically on the
+  bytes it has decoded. Its settings are a :class:`~sharnn.config.TrainConfig` stored in
+  the file.
+
+The input is cut into ``B`` contiguous streams, coded in lockstep through the model's
+batch dimension: one forward call ``[1, B]`` per position. Each stream starts cold
+after a newline, as generation does.
+
+Exact round trip: the decoder can only compute the distribution of position ``t`` after
+decoding position ``t - 1``, so the encoder computes every distribution the same way,
+one position at a time with the same shapes, dtype, device and thread count (a forward
+batched over time rounds differently, and one differing probability corrupts the rest
+of the stream). Logits become float64 probabilities by one deterministic function on
+both sides. The file records what the result depends on; decompression checks a CRC32
+of the header, of the payload and of every stream's decoded bytes, and writes nothing
+unless all of them match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import struct
+import zlib
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import constriction
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from .config import TrainConfig, load_config
+from .errors import CheckpointError, ConfigError, DataError
+from .model import SHARNN
+from .progress import ProgressDisplay
+from .train import build_optimizer, learning_rate, train_step
+
+MAGIC = b"\x89sharnn\n"
+FORMAT_VERSION = 1
+START_BYTE = 10  # every stream starts after a newline
+_FAMILY = constriction.stream.model.Categorical(perfect=False)
+_PREFIX = struct.Struct("<8sHI")  # magic, format version, header length
+_CRC = struct.Struct("<I")
+
+# Online mode's default settings: the tiny preset's model at half its width, learning
+# from windows of 32 positions at a constant rate (docs/compression.md, "Online mode").
+ONLINE_PRESET = "tiny"
+ONLINE_DEFAULTS = ("model.d_model=256", "model.boom_dim=1024", "bptt=32", "warmup_steps=0", "lr=0.002")
+# The settings online mode uses, which its files record.
+ONLINE_KEYS = ("model", "bptt", "lr", "betas", "eps", "weight_decay", "min_trust", "clip", "warmup_steps", "seed")
+
+
+@dataclass
+class Header:
+    """What a compressed file says about itself (stored as JSON; docs/compression.md).
+
+    Attributes:
+        mode: ``"model"`` or ``"online"``.
+        model_sha256: fingerprint of the model's config and starting weights
+            (:func:`model_sha256`); in online mode, of the fixed-seed initialisation.
+        length: the original size in bytes.
+        streams: the number of streams ``B`` (0 for an empty file).
+        stream_crc32: CRC32 of each stream's original bytes.
+        payload_bytes, payload_crc32: size and CRC32 of the range coder's output.
+        environment: what the probabilities depend on besides the model: device, torch
+            version, CPU capability, thread count, and on CUDA the GPU, CUDA and cuDNN
+            (:func:`environment`).
+        online: online mode's settings (:data:`ONLINE_KEYS` of a :class:`TrainConfig`), or None.
+        tokenizer: ``"bytes"``.
+    """
+
+    mode: str
+    model_sha256: str
+    length: int
+    streams: int
+    stream_crc32: list[int]
+    payload_bytes: int
+    payload_crc32: int
+    environment: dict
+    online: dict | None = None
+    tokenizer: str = "bytes"
+
+
+def model_sha256(model: SHARNN) -> str:
+    """SHA-256 of a model's config and every weight (name, dtype, shape and bytes), hex."""
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(model.config), sort_keys=True).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def environment(device: torch.device) -> dict:
+    """What the model's arithmetic depends on besides its weights: the device, the torch
+    version, the CPU's vector capability and torch's thread count; on CUDA also the GPU's
+    name and the CUDA and cuDNN versions."""
+    env = {"device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if device.type == "cuda":
+        env |= {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda,
+                "cudnn": torch.backends.cudnn.version()}
+    return env
+
+
+def online_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Online mode's settings: the ``tiny`` preset with :data:`ONLINE_DEFAULTS`, then
+    ``overrides``. ``bptt`` is the training window, ``seed`` the initialisation; lr,
+    warmup_steps, betas, eps, weight_decay, min_trust, clip and dropout apply as in
+    training. Raises :class:`ConfigError`."""
+    return load_config(ONLINE_PRESET, [*ONLINE_DEFAULTS, *overrides])
+
+
+def online_model(config: TrainConfig) -> SHARNN:
+    """The fixed-seed initialisation online mode starts from (seeds torch's RNG)."""
+    torch.manual_seed(config.seed)
+    return SHARNN(config.model)
+
+
+def stream_lengths(length: int, streams: int) -> list[int]:
+    """Lengths of the ``min(streams, length)`` contiguous streams a file is cut into: as
+    equal as possible, the longer ones first."""
+    streams = min(streams, length)
+    return [length // streams + (i < length % streams) for i in range(streams)]
+
+
+def compress(
+    data: bytes, model: SHARNN, *, streams: int = 8, online: TrainConfig | None = None,
+    progress: ProgressDisplay | None = None,
+) -> bytes:
+    """Compress ``data``.
+
+    Args:
+        data: any bytes (empty included).
+        model: the predicting model (its device is used; it is put in eval mode). In online
+            mode, :func:`online_model` of ``online``, which this trains.
+        streams: ``B``, the number of contiguous pieces coded side by side.
+        online: online mode's settings (None: model mode).
+        progress: shows the fraction coded and the bits per byte so far.
+
+    Returns:
+        The compressed file's bytes (header, then the coder's payload).
+
+    Raises:
+        ConfigError: ``streams`` < 1, or a model that is not byte-level.
+    """
+    if streams < 1:
+        raise ConfigError(f"streams must be >= 1, got {streams}")
+    _check_byte_model(model)
+    lengths = stream_lengths(len(data), streams)
+    grid = _to_grid(np.frombuffer(data, dtype=np.uint8), lengths)
+    fingerprint = model_sha256(model)
+    encoder = constriction.stream.queue.RangeEncoder()
+
+    def code(t: int, probs: np.ndarray) -> np.ndarray:
+        symbols = grid[t, : len(probs)]
+        encoder.encode(symbols.astype(np.int32), _FAMILY, probs)
+        if progress is not None and t % 256 == 0:
+            progress.update(t / grid.shape[0], bpc=f"{encoder.num_bits() / max(t * len(lengths), 1):.4f}")
+        return symbols
+
+    _walk(model, lengths, code, online)
+    payload = encoder.get_compressed().astype("<u4").tobytes()
+    starts = np.cumsum([0, *lengths])
+    header = Header(
+        mode="model" if online is None else "online", model_sha256=fingerprint, length=len(data),
+        streams=len(lengths), stream_crc32=[zlib.crc32(data[a:b]) for a, b in zip(starts[:-1], starts[1:])],
+        payload_bytes=len(payload), payload_crc32=zlib.crc32(payload), environment=environment(_device(model)),
+        online=None if online is None else _online_settings(online),
+    )
+    return _pack(header) + payload
+
+
+def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
+    """Split a compressed file into its checked header and payload.
+
+    Raises:
+        DataError: not a sharnn file, an unknown format version, or a header or payload
+            that is truncated or altered (its CRC32 does not match).
+    """
+    if len(blob) < _PREFIX.size and blob and (MAGIC + bytes(6)).startswith(blob[: len(MAGIC)]):
+        raise DataError(f"{name} is truncated (its header is incomplete)")
+    if len(blob) < _PREFIX.size or blob[: len(MAGIC)] != MAGIC:
+        raise DataError(f"{name} is not a sharnn compressed file")
+    _, version, size = _PREFIX.unpack_from(blob)
+    if version != FORMAT_VERSION:
+        raise DataError(f"{name} has format version {version}; this sharnn reads version {FORMAT_VERSION}")
+    end = _PREFIX.size + size
+    if len(blob) < end + _CRC.size:
+        raise DataError(f"{name} is truncated (its header is incomplete)")
+    text = blob[_PREFIX.size : end]
+    if zlib.crc32(text) != _CRC.unpack_from(blob, end)[0]:
+        raise DataError(f"{name} is corrupt: its header fails its CRC32 check")
+    header = Header(**json.loads(text))
+    payload = blob[end + _CRC.size :]
+    if len(payload) != header.payload_bytes:
+        raise DataError(f"{name} is truncated or extended: {len(payload):,} payload bytes, the header says "
+                        f"{header.payload_bytes:,}")
+    if zlib.crc32(payload) != header.payload_crc32:
+        raise DataError(f"{name} is corrupt: its payload fails its CRC32 check")
+    return header, payload
+
+
+def decompress(
+    blob: bytes, model: SHARNN | None = None, *, name: str = "input", progress: ProgressDisplay | None = None,
+) -> bytes:
+    """Invert :func:`compress`.
+
+    Args:
+        blob: a compressed file's bytes.
+        model: the model it was compressed with (model mode), on the device it used; None
+            for an online file, whose model is rebuilt from its header.
+        name: the file's name, for messages.
+        progress: shows the fraction decoded.
+
+    Returns:
+        The original bytes, every stream's CRC32 checked.
+
+    Raises:
+        DataError: a file that is not sharnn's, corrupt, truncated, or that decodes to
+            bytes whose CRC32 differs (another model, machine or library version).
+        CheckpointError: a model-mode file without its model, or with another model.
+        ConfigError: an online file given a model.
+    """
+    header, payload = read_header(blob, name)
+    if header.mode == "online":
+        if model is not None:
+            raise ConfigError(f"{name} was compressed in online mode: decompress it without a model")
+        online = load_config(header.online)
+        model = online_model(online)
+    elif model is None:
+        raise CheckpointError(f"{name} was compressed with a model (sha256 {header.model_sha256[:16]}...): "
+                              "give it with --model")
+    else:
+        online = None
+    fingerprint = model_sha256(model)
+    if fingerprint != header.model_sha256:
+        what = "the fixed-seed online model differs on this machine" if online else "this is not the model it was compressed with"
+        raise CheckpointError(f"{name}: {what} (sha256 {fingerprint[:16]}..., the file says {header.model_sha256[:16]}...)")
+    if not header.length:
+        return b""
+    decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
+    lengths = stream_lengths(header.length, header.streams)
+
+    def code(t: int, probs: np.ndarray) -> np.ndarray:
+        if progress is not None and t % 256 == 0:
+            progress.update(t / lengths[0])
+        return decoder.decode(_FAMILY, probs)
+
+    try:
+        with torch_threads(header.environment["threads"]):
+            grid = _walk(model, lengths, code, online)
+    except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
+        raise DataError(f"{name} does not decode: {e}") from None
+    return _check_streams(grid, lengths, header, name, _device(model))
+
+
+@contextmanager
+def torch_threads(count: int):
+    """Run with torch's intra-op thread count at ``count``; the previous count is restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+# ---------------------------------------------------------------------------- the one code path
+
+
+@torch.no_grad()
+def _walk(
+    model: SHARNN, lengths: list[int], code: Callable[[int, np.ndarray], np.ndarray], online: TrainConfig | None,
+) -> np.ndarray:
+    """Walk the streams in lockstep, one position at a time, for both directions.
+
+    At position ``t`` the model reads the previous byte of every stream (``[1, B]``) and
+    ``code(t, probs)`` codes the bytes of the ``k`` streams still running (``probs``:
+    ``[k, 256]`` float64), returning them. In online mode, every ``bptt`` positions the
+    model takes one optimizer step on the window just coded, before coding on.
+
+    Returns:
+        ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
+    """
+    device = _device(model)
+    if device.type == "cuda":  # the same kernels on both sides: no TF32, no autotuned choice
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    rows = max(lengths, default=0)
+    grid = np.zeros((rows + 1, len(lengths)), dtype=np.int64)  # row 0: the start byte; row t + 1: byte t
+    grid[0] = START_BYTE
+    learner = _OnlineLearner(model, online, device) if online is not None else None
+    model.eval()
+    state = None
+    for t in range(rows):
+        if learner is not None and t > 0 and t % online.bptt == 0:
+            learner.learn(torch.from_numpy(grid[t - online.bptt : t + 1]).to(device))
+        logits, state = model(torch.from_numpy(grid[t : t + 1]).to(device), state)
+        probs = _probabilities(logits[0])
+        running = sum(1 for n in lengths if n > t)  # the longer streams come first
+        grid[t + 1, :running] = code(t, probs[:running])
+    return grid[1:].astype(np.uint8)
+
+
+def _probabilities(logits: torch.Tensor) -> np.ndarray:
+    """Logits ``[B, V]`` -> float64 probabilities ``[B, V]`` for the coder: the same
+    deterministic computation on both sides."""
+    return torch.softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
+
+
+class _OnlineLearner:
+    """Online mode's training: truncated BPTT over the windows already coded, with its
+    own recurrent state, Min-Trust LAMB and the config's warmup and clip."""
+
+    def __init__(self, model: SHARNN, config: TrainConfig, device: torch.device):
+        self.model, self.config = model, config
+        self.optimizer = build_optimizer(model, config)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=False)
+        self.state = None
+        self.steps = 0
+
+    def learn(self, window: torch.Tensor) -> None:
+        """One optimizer step on ``window`` ``[T + 1, B]`` (inputs, then the targets one
+        position on); the model goes back to eval mode for coding."""
+        self.steps += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.config, self.steps, 0)
+        self.model.train()
+        with torch.enable_grad():
+            _, _, self.state = train_step(self.model, self.optimizer, self.scaler, window[:-1], window[1:],
+                                          self.state, self.config.clip)
+        self.model.eval()
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _to_grid(data: np.ndarray, lengths: list[int]) -> np.ndarray:
+    """``[max(lengths), B]`` uint8 with the streams as columns, zero-padded."""
+    grid = np.zeros((max(lengths, default=0), len(lengths)), dtype=np.uint8)
+    start = 0
+    for b, n in enumerate(lengths):
+        grid[:n, b] = data[start : start + n]
+        start += n
+    return grid
+
+
+def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: str, device: torch.device) -> bytes:
+    """The decoded streams joined, after checking each one's CRC32 (raises :class:`DataError`)."""
+    pieces = [grid[:n, b].tobytes() for b, n in enumerate(lengths)]
+    bad = [b for b, piece in enumerate(pieces) if zlib.crc32(piece) != header.stream_crc32[b]]
+    if bad:
+        here, there = environment(device), header.environment
+        differs = {k: (there.get(k), here.get(k)) for k in there if k != "threads" and there.get(k) != here.get(k)}
+        hint = (f"; it was compressed with {', '.join(f'{k} {a}' for k, (a, _) in differs.items())}, this machine has "
+                f"{', '.join(f'{k} {b}' for k, (_, b) in differs.items())}") if differs else ""
+        raise DataError(f"{name}: stream {bad[0]} decodes to bytes that fail its CRC32 check ({len(bad)} of "
+                        f"{len(lengths)} streams){hint}; nothing was written")
+    return b"".join(pieces)
+
+
+def _pack(header: Header) -> bytes:
+    text = json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode()
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(text)) + text + _CRC.pack(zlib.crc32(text))
+
+
+def _online_settings(config: TrainConfig) -> dict:
+    """The :data:`ONLINE_KEYS` of ``config``, as a mapping :func:`load_config` reads."""
+    everything = OmegaConf.to_container(OmegaConf.structured(config))
+    return {key: everything[key] for key in ONLINE_KEYS}
+
+
+def _device(model: SHARNN) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _check_byte_model(model: SHARNN) -> None:
+    if model.config.vocab_size != 256:
+        raise ConfigError(f"compression codes bytes: the model's vocabulary has {model.config.vocab_size} tokens, not 256")
