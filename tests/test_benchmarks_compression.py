@@ -48,3 +48,16 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(tmp_path):
     for name in ("sharnn B=1", "sharnn B=4", "sharnn online B=8"):
         assert rows[name]["repeats"] == 1 and 0 < rows[name]["header_bytes"] < rows[name]["size"]
     assert png.stat().st_size > 0
+
+
+def test_online_settings_benchmark_reports_each_setting_against_xz(tmp_path):
+    out = tmp_path / "result.json"
+    settings = [" ".join(["2", *TINY_ONLINE]), " ".join(["1", *TINY_ONLINE, "lr=0.001"])]
+    command = [sys.executable, ROOT / "benchmarks" / "online_settings.py", "--bytes", "1500", "--json", out, *settings]
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["streams"] for row in rows] == [None, 2, 1]
+    assert rows[0]["settings"] == "xz -9e" and rows[2]["settings"].endswith("lr=0.001")
+    assert all(row["bits_per_byte"] > 0 for row in rows)
+    assert all(row["bytes_per_s"] > 0 for row in rows[1:])
