@@ -254,3 +254,29 @@ def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
     assert_user_error(cli("decompress", packed, tmp_path / "x"), "give it with --model")
     assert_ok(cli("compress", source, packed, "--model", run_dir, "--force", "--quiet", "--streams", "1"))
     assert read_header(packed.read_bytes())[0].streams == 1
+
+
+def _as_if_coded_on_cuda(blob: bytes) -> bytes:
+    header, payload = read_header(blob)
+    header.environment |= {"device": "cuda", "gpu": "NVIDIA H200"}
+    return compression._pack(header) + payload
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_file_coded_on_cuda_is_refused_without_cuda(tmp_path, run_dir, model):
+    blob = _as_if_coded_on_cuda(compress(TEXT, model))
+    with pytest.raises(ConfigError, match="compressed on CUDA"):
+        decompress(_as_if_coded_on_cuda(compress(TEXT, online_model(online_config(TINY_ONLINE)),
+                                                 online=online_config(TINY_ONLINE))))
+    (tmp_path / "cuda.shz").write_bytes(blob)
+    assert_user_error(cli("decompress", tmp_path / "cuda.shz", tmp_path / "out", "--model", run_dir),
+                      "compressed on CUDA (NVIDIA H200)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_round_trip_on_cuda(run_dir):
+    cuda_model = load_model(run_dir, device="cuda")[0]
+    blob = compress(TEXT, cuda_model, streams=3)
+    assert read_header(blob)[0].environment["device"] == "cuda"
+    assert decompress(blob, cuda_model) == TEXT

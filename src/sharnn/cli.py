@@ -285,8 +285,8 @@ def decompress(source, dest, model_path, force, quiet):
     """Decompress SOURCE to DEST (`-`: standard input or output). Every stream's CRC32 is
     checked before anything is written; on any mismatch nothing is."""
     from .checkpoint import load_model
+    from .compress import coding_device, read_header
     from .compress import decompress as decode
-    from .compress import read_header
     from .errors import ConfigError
     from .progress import ProgressDisplay
 
@@ -297,11 +297,7 @@ def decompress(source, dest, model_path, force, quiet):
     if model_path is not None:
         if header.mode == "online":
             raise ConfigError(f"{source} was compressed in online mode: decompress it without --model")
-        device = header.environment["device"]
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError(f"{source} was compressed on CUDA ({header.environment.get('gpu')}): decompress it on "
-                              "a machine with the same GPU type and library versions")
-        model = load_model(model_path, device=device)[0]
+        model = load_model(model_path, device=coding_device(header, str(source)))[0]
     started = time.perf_counter()
     with ProgressDisplay("decompress", enabled=not quiet) as progress:
         data = decode(blob, model, name=str(source), progress=progress)

@@ -238,7 +238,7 @@ def decompress(
         if model is not None:
             raise ConfigError(f"{name} was compressed in online mode: decompress it without a model")
         online = load_config(header.online)
-        model = online_model(online)
+        model = online_model(online).to(coding_device(header, name))
     elif model is None:
         raise CheckpointError(f"{name} was compressed with a model (sha256 {header.model_sha256[:16]}...): "
                               "give it with --model")
@@ -264,6 +264,18 @@ def decompress(
     except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
         raise DataError(f"{name} does not decode: {e}") from None
     return _check_streams(grid, lengths, header, name, _device(model))
+
+
+def coding_device(header: Header, name: str = "input") -> torch.device:
+    """The device a file decodes on: the kind it was coded on (``cpu`` or ``cuda``).
+
+    Raises:
+        ConfigError: a file coded on CUDA, on a machine without it.
+    """
+    if header.environment["device"] == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{name} was compressed on CUDA ({header.environment.get('gpu')}): decompress it on a "
+                          "machine with the same GPU type and library versions")
+    return torch.device(header.environment["device"])
 
 
 @contextmanager
