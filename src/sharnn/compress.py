@@ -189,7 +189,7 @@ def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
         DataError: not a sharnn file, an unknown format version, or a header or payload
             that is truncated or altered (its CRC32 does not match).
     """
-    if len(blob) < _PREFIX.size and blob and (MAGIC + bytes(6)).startswith(blob[: len(MAGIC)]):
+    if blob and len(blob) < _PREFIX.size and MAGIC.startswith(blob[: len(MAGIC)]):
         raise DataError(f"{name} is truncated (its header is incomplete)")
     if len(blob) < _PREFIX.size or blob[: len(MAGIC)] != MAGIC:
         raise DataError(f"{name} is not a sharnn compressed file")
