@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import gzip
 import json
 import platform
 import re
@@ -15,6 +16,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -114,6 +116,11 @@ def torch_settings() -> dict:
     """The precision settings that change fp32 (eager) timings."""
     return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
             "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
+
+
+def enwik8_head() -> bytes:
+    """The whole bundled enwik8 head (the corpus ``enwik8-head`` before its split)."""
+    return gzip.decompress((resources.files("sharnn") / "corpora" / "enwik8-head.gz").read_bytes())
 
 
 def write_json(result: dict, default_name: str, path: str | None) -> Path:

@@ -39,14 +39,13 @@ import lzma
 import statistics
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
 import matplotlib
 import torch
 import zstandard
 
-from common import environment, parse_args_with_overrides, print_table, write_json
+from common import enwik8_head, environment, parse_args_with_overrides, print_table, write_json
 from sharnn.checkpoint import load_model
 from sharnn.compress import compress, decompress, online_config, online_model, read_header
 from sharnn.data import load_corpus
@@ -74,7 +73,7 @@ def read_file(name: str, wikitext: Path) -> bytes | None:
     if name == "enwik8-head-test":
         return load_corpus("enwik8-head").test.tobytes()
     if name == "enwik8-head":
-        return gzip.decompress((resources.files("sharnn") / "corpora" / "enwik8-head.gz").read_bytes())
+        return enwik8_head()
     if not wikitext.is_file():
         print(f"note: {wikitext} is absent: skipping {name}")
         return None

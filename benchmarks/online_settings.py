@@ -17,14 +17,12 @@ the machine is doing.
 from __future__ import annotations
 
 import argparse
-import gzip
 import lzma
 import time
-from importlib import resources
 
 import torch
 
-from common import environment, print_table, write_json
+from common import enwik8_head, environment, print_table, write_json
 from sharnn.compress import compress, online_config, online_model, read_header
 from sharnn.errors import SharnnError
 
@@ -35,7 +33,7 @@ def main():
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/online_settings.json]")
     parser.add_argument("settings", nargs="+", help='"STREAMS key=value ...", one run each')
     args = parser.parse_args()
-    data = gzip.decompress((resources.files("sharnn") / "corpora" / "enwik8-head.gz").read_bytes())[: args.bytes]
+    data = enwik8_head()[: args.bytes]
     rows = [{"settings": "xz -9e", "streams": None,
              "bits_per_byte": 8 * len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)) / len(data)}]
     for setting in args.settings:

@@ -11,7 +11,6 @@ import codecs
 import dataclasses
 import os
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -287,17 +286,12 @@ def decompress(source, dest, model_path, force, quiet):
     from .checkpoint import load_model
     from .compress import coding_device, read_header
     from .compress import decompress as decode
-    from .errors import ConfigError
     from .progress import ProgressDisplay
 
     _check_destination(source, dest, force)
     blob = _read_input(source)
     header, _ = read_header(blob, str(source))
-    model = None
-    if model_path is not None:
-        if header.mode == "online":
-            raise ConfigError(f"{source} was compressed in online mode: decompress it without --model")
-        model = load_model(model_path, device=coding_device(header, str(source)))[0]
+    model = None if model_path is None else load_model(model_path, device=coding_device(header, str(source)))[0]
     started = time.perf_counter()
     with ProgressDisplay("decompress", enabled=not quiet) as progress:
         data = decode(blob, model, name=str(source), progress=progress)
@@ -342,18 +336,15 @@ def _write_output(dest: Path, data: bytes) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    fd, tmp = tempfile.mkstemp(dir=dest.absolute().parent, prefix=f".{dest.name}.", suffix=".tmp")
+    tmp = dest.with_name(f".{dest.name}.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have made it, not mkstemp's 0600
         os.replace(tmp, dest)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import constriction
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from .config import TrainConfig, load_config
 from .errors import CheckpointError, ConfigError, DataError
@@ -52,6 +51,7 @@ START_BYTE = 10  # every stream starts after a newline
 _FAMILY = constriction.stream.model.Categorical(perfect=False)
 _PREFIX = struct.Struct("<8sHI")  # magic, format version, header length
 _CRC = struct.Struct("<I")
+_PROGRESS_EVERY = 256  # positions between progress updates
 
 # Online mode's default settings: the tiny preset's model at a quarter of its width,
 # learning from windows of 16 positions at a constant rate: on a CPU, fewer and cheaper
@@ -166,11 +166,11 @@ def compress(
     def code(t: int, probs: np.ndarray) -> np.ndarray:
         symbols = grid[t, : len(probs)]
         encoder.encode(symbols.astype(np.int32), _FAMILY, probs)
-        if progress is not None and t % 256 == 0:
-            progress.update(t / grid.shape[0], bpc=f"{encoder.num_bits() / max(t * len(lengths), 1):.4f}")
+        if progress is not None and t % _PROGRESS_EVERY == 0:
+            progress.update(bpc=f"{encoder.num_bits() / max(t * len(lengths), 1):.4f}")
         return symbols
 
-    _walk(model, lengths, code, online)
+    _walk(model, lengths, code, online, progress)
     payload = encoder.get_compressed().astype("<u4").tobytes()
     starts = np.cumsum([0, *lengths])
     header = Header(
@@ -254,13 +254,11 @@ def decompress(
     lengths = stream_lengths(header.length, header.streams)
 
     def code(t: int, probs: np.ndarray) -> np.ndarray:
-        if progress is not None and t % 256 == 0:
-            progress.update(t / lengths[0])
         return decoder.decode(_FAMILY, probs)
 
     try:
         with torch_threads(header.environment["threads"]):
-            grid = _walk(model, lengths, code, online)
+            grid = _walk(model, lengths, code, online, progress)
     except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
         raise DataError(f"{name} does not decode: {e}") from None
     return _check_streams(grid, lengths, header, name, _device(model))
@@ -295,6 +293,7 @@ def torch_threads(count: int):
 @torch.no_grad()
 def _walk(
     model: SHARNN, lengths: list[int], code: Callable[[int, np.ndarray], np.ndarray], online: TrainConfig | None,
+    progress: ProgressDisplay | None,
 ) -> np.ndarray:
     """Walk the streams in lockstep, one position at a time, for both directions.
 
@@ -302,6 +301,7 @@ def _walk(
     ``code(t, probs)`` codes the bytes of the ``k`` streams still running (``probs``:
     ``[k, 256]`` float64), returning them. In online mode, every ``bptt`` positions the
     model takes one optimizer step on the window just coded, before coding on.
+    ``progress`` is given the fraction of positions done.
 
     Returns:
         ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
@@ -314,6 +314,7 @@ def _walk(
     grid = np.zeros((rows + 1, len(lengths)), dtype=np.int64)  # row 0: the start byte; row t + 1: byte t
     grid[0] = START_BYTE
     learner = _OnlineLearner(model, online, device) if online is not None else None
+    longer = lengths.count(rows)  # the streams one byte longer than the rest, which come first
     model.eval()
     state = None
     for t in range(rows):
@@ -321,8 +322,10 @@ def _walk(
             learner.learn(torch.from_numpy(grid[t - online.bptt : t + 1]).to(device))
         logits, state = model(torch.from_numpy(grid[t : t + 1]).to(device), state)
         probs = _probabilities(logits[0])
-        running = sum(1 for n in lengths if n > t)  # the longer streams come first
+        running = longer if t == rows - 1 else len(lengths)
         grid[t + 1, :running] = code(t, probs[:running])
+        if progress is not None and t % _PROGRESS_EVERY == 0:
+            progress.update(t / rows)
     return grid[1:].astype(np.uint8)
 
 
@@ -375,9 +378,8 @@ def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: s
     bad = [b for b, piece in enumerate(pieces) if zlib.crc32(piece) != header.stream_crc32[b]]
     if bad:
         here, there = environment(device), header.environment
-        differs = {k: (there.get(k), here.get(k)) for k in there if k != "threads" and there.get(k) != here.get(k)}
-        hint = (f"; it was compressed with {', '.join(f'{k} {a}' for k, (a, _) in differs.items())}, this machine has "
-                f"{', '.join(f'{k} {b}' for k, (_, b) in differs.items())}") if differs else ""
+        differs = [f"{k} {there[k]} (here {here.get(k)})" for k in there if k != "threads" and there[k] != here.get(k)]
+        hint = f"; it was compressed with {', '.join(differs)}" if differs else ""
         raise DataError(f"{name}: stream {bad[0]} decodes to bytes that fail its CRC32 check ({len(bad)} of "
                         f"{len(lengths)} streams){hint}; nothing was written")
     return b"".join(pieces)
@@ -390,7 +392,7 @@ def _pack(header: Header) -> bytes:
 
 def _online_settings(config: TrainConfig) -> dict:
     """The :data:`ONLINE_KEYS` of ``config``, as a mapping :func:`load_config` reads."""
-    everything = OmegaConf.to_container(OmegaConf.structured(config))
+    everything = dataclasses.asdict(config)
     return {key: everything[key] for key in ONLINE_KEYS}
 
 
