@@ -143,7 +143,9 @@ def assert_same_weights(a: Path, b: Path) -> None:
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    """The records of a run's metrics.jsonl but its ``run`` records (one per start or resume)."""
+    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in records if r["split"] != "run"]
 
 
 def checkpoint_step(link: Path) -> int:

@@ -12,6 +12,10 @@ each changed setting to ``[old, new]``, e.g. ``{"split": "config", "step": 1200,
 "epoch": 2.0, "changes": {"lr": [0.002, 0.001], "max_steps": [1200, 1500]}}``. It goes
 to TensorBoard as the text ``config/changes`` ("lr: 0.002 -> 0.001", one line per
 setting) at its step, and is not plotted.
+
+A ``run`` record marks each start and resume of the run: ``command`` (the command line
+that started this part of it, e.g. ``sharnn train --preset tiny``) and ``processes`` (1,
+or the number of torchrun processes); it is neither plotted nor sent to TensorBoard.
 """
 
 from __future__ import annotations
@@ -40,9 +44,7 @@ class MetricsLog:
         self.folder = Path(folder)
         self.file = self.folder / "metrics.jsonl"
         self.history: list[dict] = []
-        if self.file.exists():
-            lines = self.file.read_text().splitlines()
-            self.history = [r for r in map(_parse_json, lines) if r is not None]  # skips a torn last line
+        self.history = read_records(self.folder)
         if resume_step is not None:
             self.history = [r for r in self.history if r["step"] <= resume_step and r["split"] != "test"]
             self.file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
@@ -55,6 +57,8 @@ class MetricsLog:
         self.history.append(record)
         with open(self.file, "a") as f:
             f.write(json.dumps(record) + "\n")
+        if record["split"] == "run":
+            return
         if record["split"] == "config":
             self.tensorboard.add_text("config/changes", _describe_changes(record.get("changes") or {}), record["step"])
         for key, value in record.items():
@@ -77,6 +81,15 @@ class MetricsLog:
 
     def close(self) -> None:
         self.tensorboard.close()
+
+
+def read_records(folder: str | Path) -> list[dict]:
+    """The records of a run folder's ``metrics.jsonl``, in order (none if it has none); a
+    torn last line, left by a kill during its write, is skipped."""
+    file = Path(folder) / "metrics.jsonl"
+    if not file.exists():
+        return []
+    return [r for r in map(_parse_json, file.read_text().splitlines()) if r is not None]
 
 
 def _points(history: list[dict], split: str) -> list[tuple[float, float]]:

@@ -27,6 +27,7 @@ import codecs
 import dataclasses
 import json
 import math
+import shlex
 import signal
 import sys
 import threading
@@ -355,6 +356,7 @@ class Trainer:
         except OSError as e:
             raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
         self.metrics = MetricsLog(self.run_dir, resume_step=0 if restart else None)
+        self.metrics.log({"split": "run", "step": 0, "command": command_line(), "processes": 1})
         model = self.state.model
         self.say(f"model: {model.num_parameters() / 1e6:.2f}M parameters "
                  f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {self.runtime.describe()}")
@@ -390,6 +392,7 @@ class Trainer:
                      f"to train on, resume it with a larger max_steps, epochs or max_seconds")
             return
         self.metrics = MetricsLog(self.run_dir, resume_step=progress.step)
+        self.metrics.log({"split": "run", "step": progress.step, "command": command_line(), "processes": 1})
         self.say(f"resuming {self.run_dir} at step {progress.step} (epoch {self.epochs_done():.2f})")
         if changes:
             self.metrics.log({"split": "config", "step": progress.step, "epoch": round(self.epochs_done(), 4), "changes": changes})
@@ -637,6 +640,16 @@ def check_corpus(config: TrainConfig, corpus) -> None:
         size = len(corpus.split(split))
         if size < 2 * streams:
             raise DataError(f"corpus {config.data}: the {split} split has {size:,} bytes, too few for {streams} streams")
+
+
+def command_line() -> str:
+    """This process's command line as a user would type it: ``sharnn ARGS`` for the
+    command-line tool (started as ``sharnn`` or ``python -m sharnn``), else the Python
+    program and its arguments."""
+    program = Path(sys.argv[0]).name
+    if program in ("sharnn", "__main__.py"):
+        return shlex.join(["sharnn", *sys.argv[1:]])
+    return shlex.join(["python", *sys.argv])
 
 
 def read_summary(run_dir: str | Path) -> dict | None:
