@@ -34,10 +34,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except Interrupted as e:
-            click.echo(str(e), err=True)
+            _echo_once(str(e))
             sys.exit(e.exit_code)
         except SharnnError as e:
-            click.echo(f"error: {e}", err=True)
+            _echo_once(f"error: {e}")
             sys.exit(1)
         except click.UsageError as e:
             _usage_error(e)
@@ -48,6 +48,13 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+
+
+def _echo_once(message: str) -> None:
+    """Print ``message`` on standard error, from the main process only under torchrun
+    (where every process meets the same error)."""
+    if os.environ.get("RANK", "0") == "0":
+        click.echo(message, err=True)
 
 
 def _usage_error(e: click.UsageError):
@@ -113,7 +120,9 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
     130 for Ctrl-C): with SLURM, `#SBATCH --signal=TERM@120` leaves two minutes for it."""
     from .checkpoint import read_config
     from .config import load_config
+    from .distributed import Distributed
     from .errors import ConfigError
+    from .runtime import resolve_device
     from .train import resume_config
     from .train import train as run_training
 
@@ -133,9 +142,12 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
             config = dataclasses.replace(config, init_from=str(init_from))
         else:
             config = load_config(source, overrides)
-        if out is None:
-            out = Path("runs") / f"{Path(source).stem}-{datetime.now():%Y%m%d-%H%M%S}"
+        if out is None:  # under torchrun, the main process's time names the folder of every process
+            stamp = Distributed.from_environment(resolve_device(config.device).type).share(f"{datetime.now():%Y%m%d-%H%M%S}")
+            out = Path("runs") / f"{Path(source).stem}-{stamp}"
         summary = run_training(config, out, quiet=quiet)
+    if os.environ.get("RANK", "0") != "0":
+        return
     click.echo(
         f"done: valid {summary['valid_bpc']:.4f} BPC (best, step {summary['best_step']}), "
         f"test {summary['test_bpc']:.4f} BPC, {summary['steps']} steps in {summary['train_seconds']:.0f} s; "

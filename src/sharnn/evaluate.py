@@ -54,6 +54,7 @@ def evaluate(
     bptt: int,
     autocast_dtype: torch.dtype | None = None,
     progress: ProgressDisplay | None = None,
+    block: slice | None = None,
 ) -> EvalResult:
     """Score a byte split.
 
@@ -64,15 +65,17 @@ def evaluate(
         bptt: window length ``T`` (at most the model's attention span).
         autocast_dtype: run under autocast with this dtype (None: fp32).
         progress: where to show how far the evaluation is (fraction of the windows done).
+        block: score only these of the ``B`` streams (one process's share in a
+            multi-process run, :mod:`sharnn.distributed`); None: all of them.
 
     Returns:
-        :class:`EvalResult`.
+        :class:`EvalResult` (over the streams of ``block``).
 
     Raises:
         DataError: if the split has fewer than 2 bytes per stream.
         ConfigError: a window longer than the model's attention span (from the model).
     """
-    batched = batchify(data, streams)
+    batched = batchify(data, streams)[:, block or slice(None)]
     rows = batched.shape[0]
     if rows < 2:
         raise DataError(f"split of {len(data):,} bytes is too small for {streams} evaluation streams")
@@ -88,7 +91,7 @@ def evaluate(
         if progress is not None:
             progress.update((row + length) / (rows - 1))
     model.train(was_training)
-    tokens = (rows - 1) * streams
+    tokens = (rows - 1) * batched.shape[1]
     return EvalResult(nats=total.item() / tokens, tokens=tokens)
 
 

@@ -91,9 +91,9 @@ class Runtime:
         return cls(resolved, dtype, fast, compile=fast and compile, recompute=recompute)
 
     @classmethod
-    def for_training(cls, config) -> Runtime:
-        """The runtime a ``TrainConfig`` asks for."""
-        return cls.resolve(config.device, config.precision, config.fast_path, config.compile, config.recompute)
+    def for_training(cls, config, device: str | None = None) -> Runtime:
+        """The runtime a ``TrainConfig`` asks for (on ``device`` instead of its own when given)."""
+        return cls.resolve(device or config.device, config.precision, config.fast_path, config.compile, config.recompute)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of this runtime (does nothing for fp32)."""

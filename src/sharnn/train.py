@@ -27,6 +27,7 @@ import codecs
 import dataclasses
 import json
 import math
+import os
 import shlex
 import signal
 import sys
@@ -45,6 +46,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .config import TrainConfig, load_config, to_yaml
 from .data import ByteTokenizer, batchify, get_batch, load_corpus, window_length
+from .distributed import Distributed
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import EvalResult, evaluate
 from .generate import generate
@@ -52,7 +54,7 @@ from .metrics import MetricsLog
 from .model import SHARNN, State
 from .optim import MinTrustLAMB
 from .progress import ProgressDisplay
-from .runtime import Runtime, autocast
+from .runtime import Runtime, autocast, resolve_device
 
 
 # What a resumed run may change: settings that steer training without changing what its
@@ -145,10 +147,13 @@ class TrainingState:
     (with the stream position) and the recurrent state of the train streams.
 
     Building it seeds torch with ``config.seed`` and initialises the model, so two
-    states built from one config start identical.
+    states built from one config start identical. In a multi-process run
+    (:mod:`sharnn.distributed`) each process holds the recurrent state of its block of
+    streams, and every process but the first then draws its own dropout masks (seed
+    ``config.seed + rank``); the first continues as a single process would.
     """
 
-    def __init__(self, config: TrainConfig, runtime: Runtime):
+    def __init__(self, config: TrainConfig, runtime: Runtime, distributed: Distributed = Distributed()):
         torch.manual_seed(config.seed)
         self.device = runtime.device
         self.model = runtime.prepare(SHARNN(config.model))
@@ -157,39 +162,59 @@ class TrainingState:
         self.jitter_rng = np.random.default_rng(config.seed)
         self.progress = Progress()
         self.recurrent_state: State | None = None
+        self.distributed, self.seed, self.n_layers = distributed, config.seed, config.model.n_layers
+        self.streams = distributed.block(config.train_streams, "train_streams")
+        if distributed.rank:
+            torch.manual_seed(config.seed + distributed.rank)
+        self.saved_processes = distributed.world_size  # how many processes the restored state came from
 
     def state_dict(self) -> dict:
         """``{"model": weights, "recurrent_state": State or None, "trainer": dict}``: what a
         checkpoint stores (the layout of ``trainer``: :mod:`sharnn.checkpoint`). The RNG
-        states are the process's, so saving and restoring them resumes dropout exactly."""
+        states are the process's, so saving and restoring them resumes dropout exactly.
+
+        In a multi-process run every process must call it: the main process gets the
+        recurrent state of all the streams and every process's RNG states (one row per
+        process); the others get a partial dict, not to be saved."""
+        distributed = self.distributed
         trainer = {
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
             "jitter_rng": json.dumps(self.jitter_rng.bit_generator.state),
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": distributed.gather_rows(torch.get_rng_state()),
             "progress": json.dumps(dataclasses.asdict(self.progress)),
         }
         if self.device.type == "cuda":
-            trainer["cuda_rng"] = torch.cuda.get_rng_state(self.device)
-        return {"model": self.model.state_dict(), "recurrent_state": self.recurrent_state, "trainer": trainer}
+            trainer["cuda_rng"] = distributed.gather_rows(torch.cuda.get_rng_state(self.device))
+        recurrent_state = distributed.gather_streams(self.recurrent_state, self.n_layers)
+        return {"model": self.model.state_dict(), "recurrent_state": recurrent_state, "trainer": trainer}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore what :meth:`state_dict` returned, RNG states included.
+        """Restore what :meth:`state_dict` returned, RNG states included: this process's
+        streams and RNG row. A state saved by another number of processes restores all but
+        the dropout RNG, which is then seeded afresh (``saved_processes`` says so).
 
         Raises:
             RuntimeError, KeyError, ValueError, TypeError: a state that does not fit this
                 model or this version's layout.
         """
-        trainer = state["trainer"]
+        trainer, rank = state["trainer"], self.distributed.rank
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(trainer["optimizer"])
         self.scaler.load_state_dict(trainer["scaler"])
         self.jitter_rng.bit_generator.state = json.loads(trainer["jitter_rng"])
-        torch.set_rng_state(trainer["torch_rng"].cpu())
-        if self.device.type == "cuda" and "cuda_rng" in trainer:
-            torch.cuda.set_rng_state(trainer["cuda_rng"].cpu(), self.device)
         self.progress = Progress(**json.loads(trainer["progress"]))
-        self.recurrent_state = state["recurrent_state"]
+        torch_rng = trainer["torch_rng"].cpu()
+        torch_rng = torch_rng.view(-1, torch_rng.shape[-1])  # one row per process (a 1-D state: one process)
+        self.saved_processes = len(torch_rng)
+        if self.saved_processes != self.distributed.world_size:
+            torch.manual_seed(self.seed + 1_000_003 * self.progress.step + rank)
+        else:  # a row of its own (clone): set_rng_state misreads a view into a larger tensor, and may crash
+            torch.set_rng_state(torch_rng[rank].clone())
+            if self.device.type == "cuda" and "cuda_rng" in trainer:
+                cuda_rng = trainer["cuda_rng"].cpu()
+                torch.cuda.set_rng_state(cuda_rng.view(len(torch_rng), -1)[rank].clone(), self.device)
+        self.recurrent_state = self.distributed.own_streams(state["recurrent_state"], self.n_layers, self.streams)
 
 
 def train(
@@ -237,20 +262,20 @@ def train(
     if trainer.summary is not None:  # resumed a run that had already finished
         return trainer.summary
     progress = trainer.state.progress
-    with _StopRequest(should_stop) as stop_requested, trainer.display:
+    with _StopRequest(should_stop, trainer.distributed.active) as stop_requested, trainer.display:
         while not progress.finished:
             epoch_ended = trainer.train_window()
             if epoch_ended:
                 trainer.start_next_epoch()
+            stop = trainer.agree(stop_requested(progress))
             progress.finished = out_of_budget(config, progress)
-            stop = stop_requested(progress)
             validate = epoch_ended or progress.finished or trainer.due(config.valid_every_steps)
             if validate or stop or trainer.due(config.checkpoint_every_steps):
                 trainer.check_diverged(saving=True)
                 trainer.save(trainer.validate() if validate else None)
+                stop = trainer.agree(stop or stop_requested.signal is not None)  # a signal during the validation or the save
                 if validate:  # it and the save took time too: max_seconds may be spent now
                     progress.finished = out_of_budget(config, progress)
-                stop = stop or stop_requested.signal is not None  # a signal during the validation or the save
             if stop:
                 raise trainer.interrupted(stop_requested.signal)
     return trainer.finish()
@@ -306,21 +331,26 @@ class Trainer:
     trained weights) and the named steps :func:`train` calls, around a :class:`TrainingState`."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False):
-        self.config, self.run_dir, self.quiet = config, Path(run_dir), quiet
+        self.distributed = Distributed.from_environment(resolve_device(config.device).type)
+        for name in ("train_streams", "valid_streams", "test_streams"):
+            self.distributed.block(getattr(config, name), name)  # refuses streams the processes cannot share
+        self.config, self.run_dir = config, Path(run_dir)
+        self.quiet = quiet or not self.distributed.is_main
         self.summary = None
         self.checkpoints = checkpoint.RunCheckpoints(self.run_dir)
         changes = self._check_resume_config() if resume else {}
-        self.runtime = Runtime.for_training(config)
+        self.runtime = Runtime.for_training(config, self.distributed.device(config.device))
         self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
         check_corpus(config, self.corpus)
-        self.state = TrainingState(config, self.runtime)
-        self.batched = batchify(self.corpus.train, config.train_streams)
+        self.state = TrainingState(config, self.runtime, self.distributed)
+        self.batched = batchify(self.corpus.train, config.train_streams)[:, self.state.streams]
         if resume and self.checkpoints.has_latest():
             self._resume(changes)
         else:
             self._start(restart=resume)
         if self.summary is not None:
             return  # nothing to train: train() returns the summary
+        self.train_model = self.distributed.wrap(self.state.model)  # DDP in a multi-process run
         self.param_names = {p: n for n, p in self.state.model.state_dict(keep_vars=True).items()}
         device = self.runtime.device
         self.loss_sum = torch.zeros((), device=device)  # accumulated on the device; read at log steps
@@ -344,8 +374,12 @@ class Trainer:
         return changes
 
     def _start(self, restart: bool) -> None:
-        """A new run, or (``restart``) a run folder that has no checkpoint yet, from step 0."""
+        """A new run, or (``restart``) a run folder that has no checkpoint yet, from step 0.
+        The main process alone creates the run folder."""
         source = self._load_init_weights() if self.config.init_from else None
+        if not self.distributed.is_main:
+            self.metrics = _NoMetrics()
+            return
         if restart:
             self.say(f"{self.run_dir} has no checkpoint yet: starting it again from step 0")
         elif self.run_dir.exists():
@@ -356,12 +390,18 @@ class Trainer:
         except OSError as e:
             raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
         self.metrics = MetricsLog(self.run_dir, resume_step=0 if restart else None)
-        self.metrics.log({"split": "run", "step": 0, "command": command_line(), "processes": 1})
+        self._log_start()
         model = self.state.model
         self.say(f"model: {model.num_parameters() / 1e6:.2f}M parameters "
-                 f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {self.runtime.describe()}")
+                 f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {self.runtime.describe()}"
+                 + (f", {self.distributed.world_size} processes" if self.distributed.active else ""))
         if source is not None:
             self.say(f"weights from {source}; a new optimizer and schedule")
+
+    def _log_start(self) -> None:
+        """The ``run`` record of this start or resume: the command line and the processes."""
+        self.metrics.log({"split": "run", "step": self.state.progress.step, "command": command_line(),
+                          "processes": self.distributed.world_size})
 
     def _load_init_weights(self) -> Path:
         """Load the weights of ``init_from`` (its checkpoint folder, returned), whose model
@@ -384,16 +424,22 @@ class Trainer:
             raise CheckpointError(f"cannot resume from {self.checkpoints.latest.resolve()}: {detail}") from None
         progress = self.state.progress
         progress.finished = out_of_budget(self.config, progress)
-        self.checkpoints.repair_best(progress.best_step)
         summary = read_summary(self.run_dir)
         if progress.finished and summary is not None and summary.get("steps") == progress.step:
             self.summary = summary
             self.say(f"{self.run_dir} has finished (step {progress.step}, epoch {self.epochs_done():.2f}); "
                      f"to train on, resume it with a larger max_steps, epochs or max_seconds")
             return
+        if not self.distributed.is_main:
+            self.metrics = _NoMetrics()
+            return
+        self.checkpoints.repair_best(progress.best_step)
         self.metrics = MetricsLog(self.run_dir, resume_step=progress.step)
-        self.metrics.log({"split": "run", "step": progress.step, "command": command_line(), "processes": 1})
+        self._log_start()
         self.say(f"resuming {self.run_dir} at step {progress.step} (epoch {self.epochs_done():.2f})")
+        if self.state.saved_processes != self.distributed.world_size:
+            self.say(f"the checkpoint was saved by {self.state.saved_processes} process(es), this run has "
+                     f"{self.distributed.world_size}: the streams are shared out again, and dropout draws fresh masks")
         if changes:
             self.metrics.log({"split": "config", "step": progress.step, "epoch": round(self.epochs_done(), 4), "changes": changes})
             _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
@@ -434,9 +480,10 @@ class Trainer:
             group["lr"] = lr
         inputs, targets = get_batch(self.batched, progress.row, length, self.runtime.device)
         loss, grad_norm, state.recurrent_state = train_step(
-            state.model, state.optimizer, state.scaler, inputs, targets, state.recurrent_state, config.clip,
+            self.train_model, state.optimizer, state.scaler, inputs, targets, state.recurrent_state, config.clip,
             self.runtime.autocast_dtype,
         )
+        loss = self.distributed.mean(loss)  # over all the streams: every process watches the same loss
         self.divergence.watch(loss, progress.step)
         self.loss_sum += loss
         self.log_steps += 1
@@ -465,6 +512,13 @@ class Trainer:
         self.log_steps = self.log_tokens = 0
         self.log_start = now
 
+    def agree(self, stop: bool) -> bool:
+        """Whether any process asks to stop; every process takes the longest training time
+        so far, so that all of them decide alike when to validate, save and finish."""
+        progress = self.state.progress
+        stop, progress.elapsed = self.distributed.agree(stop, progress.elapsed)
+        return stop
+
     def start_next_epoch(self) -> None:
         """Back to the start of the train streams, cold (state and memory reset)."""
         progress = self.state.progress
@@ -487,7 +541,7 @@ class Trainer:
         if self.checkpoints.has_latest():
             step = checkpoint.read_info(self.checkpoints.latest).get("step", "?")
             kept = (f"the last good checkpoint, step {step}, is kept: resume it with a lower learning rate, "
-                    f"e.g. sharnn train --resume {self.run_dir} lr={self.config.lr / 4:g}")
+                    f"e.g. {resume_command(self.run_dir)} lr={self.config.lr / 4:g}")
         else:
             kept = "no checkpoint was written; start again with a lower lr"
         raise TrainingDiverged(f"training diverged: {problem}; stopped without saving ({kept})")
@@ -518,14 +572,17 @@ class Trainer:
             if valid_bpc is not None:
                 info["valid_bpc"] = repr(valid_bpc)
             best = valid_bpc is not None and progress.best_step == progress.step
-            self.checkpoints.save(progress.step, self.config, self.state.state_dict(), best=best, info=info)
+            state = self.state.state_dict()  # every process takes part; the main one writes it
+            if self.distributed.is_main:
+                self.checkpoints.save(progress.step, self.config, state, best=best, info=info)
 
     def _evaluate(self, split: str, streams: int) -> EvalResult:
         """Score a split with the paper's protocol, showing its progress."""
         config = self.config
         with ProgressDisplay(split, config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
-            return evaluate(self.state.model, self.corpus.split(split), streams, config.bptt,
-                            self.runtime.autocast_dtype, progress=display)
+            result = evaluate(self.state.model, self.corpus.split(split), streams, config.bptt,
+                              self.runtime.autocast_dtype, progress=display, block=self.distributed.block(streams, split))
+        return self.distributed.combine(result)  # each process scored its block of the streams
 
     @contextmanager
     def _paused(self):
@@ -540,7 +597,7 @@ class Trainer:
         """The error that ends a stopped run (exit status 128 + the signal: 130 for Ctrl-C)."""
         name = " by SIGTERM" if signum == signal.SIGTERM else ""
         return Interrupted(f"interrupted{name} at step {self.state.progress.step}; "
-                           f"continue with: sharnn train --resume {self.run_dir}",
+                           f"continue with: {resume_command(self.run_dir)}",
                            exit_code=128 + (signum or signal.SIGINT))
 
     def finish(self) -> dict:
@@ -563,7 +620,8 @@ class Trainer:
             "parameters": model.num_parameters(),
             "parameters_collapsed": model.num_parameters(collapsed=True),
         }
-        _write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        if self.distributed.is_main:
+            _write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         self.metrics.close()
         if config.sample_bytes and not self.quiet:
             self._print_sample()
@@ -644,12 +702,26 @@ def check_corpus(config: TrainConfig, corpus) -> None:
 
 def command_line() -> str:
     """This process's command line as a user would type it: ``sharnn ARGS`` for the
-    command-line tool (started as ``sharnn`` or ``python -m sharnn``), else the Python
+    command-line tool (started as ``sharnn`` or ``python -m sharnn``; ``torchrun
+    --nproc_per_node=N [--nnodes=K] -m sharnn ARGS`` under torchrun), else the Python
     program and its arguments."""
-    program = Path(sys.argv[0]).name
-    if program in ("sharnn", "__main__.py"):
-        return shlex.join(["sharnn", *sys.argv[1:]])
-    return shlex.join(["python", *sys.argv])
+    if Path(sys.argv[0]).name not in ("sharnn", "__main__.py"):
+        return shlex.join(["python", *sys.argv])
+    return shlex.join([*_launcher(), *sys.argv[1:]])
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes ``run_dir`` with this run's processes."""
+    return shlex.join([*_launcher(), "train", "--resume", str(run_dir)])
+
+
+def _launcher() -> list[str]:
+    """``sharnn``, or under torchrun ``torchrun --nproc_per_node=N [--nnodes=K] -m sharnn``."""
+    if "LOCAL_WORLD_SIZE" not in os.environ:  # set by torchrun
+        return ["sharnn"]
+    per_node, processes = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
+    nodes = [f"--nnodes={processes // per_node}"] if processes > per_node else []
+    return ["torchrun", f"--nproc_per_node={per_node}", *nodes, "-m", "sharnn"]
 
 
 def read_summary(run_dir: str | Path) -> dict | None:
@@ -666,16 +738,31 @@ def _write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+class _NoMetrics:
+    """The metrics of a process other than the main one: it records nothing."""
+
+    def log(self, record: dict, extra_scalars: dict | None = None) -> None:
+        pass
+
+    def plot(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class _StopRequest:
     """Whether to stop after this step: Ctrl-C or SIGTERM (the signal schedulers send
     before preempting a job), turned into a flag so that the run stops at a step boundary
-    and saves ``latest`` (a second signal interrupts at once); or the caller's
+    and saves ``latest`` (a second signal interrupts at once, but under torchrun, which
+    passes a signal on to processes that may have had it already); or the caller's
     ``should_stop``."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, should_stop: Callable[[Progress], bool] | None):
+    def __init__(self, should_stop: Callable[[Progress], bool] | None, under_torchrun: bool = False):
         self.should_stop = should_stop
+        self.under_torchrun = under_torchrun
         self.signal: int | None = None  # the first signal received
         self._previous = {}
 
@@ -689,7 +776,7 @@ class _StopRequest:
         return asked or self.signal is not None
 
     def _handle(self, signum, frame):
-        if self.signal is not None:
+        if self.signal is not None and not self.under_torchrun:
             raise KeyboardInterrupt
         self.signal = signum
 

@@ -1,0 +1,179 @@
+"""Training on several processes with ``torchrun`` and DistributedDataParallel
+(docs/training.md, "Several GPUs or processes").
+
+Under ``torchrun --nproc_per_node=N -m sharnn train ...`` every process (a rank) holds
+the whole model and trains it on its own contiguous block of the ``B`` train streams
+(rank ``r`` of ``N`` takes streams ``r B/N .. (r+1) B/N - 1``), carrying the LSTM state
+and attention memory of those streams only. DDP averages the gradients, so that with
+the same window lengths on every rank (one jitter RNG, seeded alike) the N ranks take
+the update one process takes on all ``B`` streams. Evaluation splits its streams among
+the ranks in the same way and adds up their totals.
+
+This module is the only one that talks to ``torch.distributed``: a :class:`Distributed`
+is the process group as training sees it, and one made outside torchrun
+(``Distributed()``) is a single process, for which every method is the identity.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
+
+from .errors import ConfigError
+from .evaluate import EvalResult
+from .model import State
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process was started by ``torchrun`` (which sets RANK, WORLD_SIZE, ...)."""
+    return all(name in os.environ for name in TORCHRUN_VARIABLES)
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """The processes of one training run.
+
+    Attributes:
+        rank: this process's index, 0 .. ``world_size - 1``; rank 0 is the main process,
+            which alone logs, plots and writes the run folder.
+        world_size: the number of processes ``N``.
+        local_rank: this process's index on its machine (its GPU there).
+        active: whether a process group is in use (under torchrun, also for N = 1).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    active: bool = False
+
+    @classmethod
+    def from_environment(cls, device_type: str) -> Distributed:
+        """The process group torchrun describes in the environment, initialised (NCCL for
+        ``device_type`` "cuda", gloo for "cpu") unless the program did that already; a
+        single process outside torchrun."""
+        if not launched_by_torchrun():
+            return cls()
+        if not dist.is_initialized():
+            backend = "nccl" if device_type == "cuda" else "gloo"
+            if device_type == "cuda":
+                torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+            dist.init_process_group(backend)
+            atexit.register(dist.destroy_process_group)
+        return cls(dist.get_rank(), dist.get_world_size(), int(os.environ["LOCAL_RANK"]), active=True)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def device(self, name: str) -> str:
+        """The device this process trains on: ``cuda:LOCAL_RANK`` when the run asks for
+        CUDA (``auto`` or ``cuda``) under torchrun, else ``name``.
+
+        Raises:
+            ConfigError: a CUDA device with an index under torchrun (each process takes
+                the GPU of its local rank).
+        """
+        if not self.active or name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+            return name
+        if name not in ("auto", "cuda"):
+            raise ConfigError(f"device={name}: under torchrun each process uses the GPU of its local rank; "
+                              f"give device=cuda (or auto)")
+        return f"cuda:{self.local_rank}"
+
+    def block(self, streams: int, what: str) -> slice:
+        """This rank's contiguous block of ``streams`` streams: equal blocks of
+        ``streams / N``.
+
+        Raises:
+            ConfigError: ``streams`` is not divisible by the number of processes.
+        """
+        if streams % self.world_size:
+            raise ConfigError(f"{what}={streams} cannot be divided among {self.world_size} processes: "
+                              f"run a number of processes that divides {streams}, or change {what}")
+        size = streams // self.world_size
+        return slice(self.rank * size, (self.rank + 1) * size)
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module to train through: ``model`` in DistributedDataParallel (which
+        averages the gradients in the backward pass), or ``model`` itself."""
+        if not self.active:
+            return model
+        device = next(model.parameters()).device
+        return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+
+    def share(self, text: str) -> str:
+        """The main process's ``text``, on every process (e.g. a run folder's name that
+        holds the time)."""
+        if not self.active:
+            return text
+        box = [text]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def mean(self, value: Tensor) -> Tensor:
+        """The mean of a 0-dim tensor over the processes (the train loss), on the device,
+        without waiting for the host."""
+        if not self.active:
+            return value
+        value = value.clone()
+        dist.all_reduce(value)
+        return value / self.world_size
+
+    def agree(self, stop: bool, seconds: float) -> tuple[bool, float]:
+        """Whether any process asks to stop, and the longest of their training times: so
+        that every process decides alike when to stop, validate or finish."""
+        if not self.active:
+            return stop, seconds
+        flags = torch.tensor([float(stop), seconds], dtype=torch.float64, device=self._device())
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        return bool(flags[0]), float(flags[1])
+
+    def combine(self, result: EvalResult) -> EvalResult:
+        """One score from each process's score of its block of streams: the total
+        negative log-likelihood over the total number of predicted tokens."""
+        if not self.active:
+            return result
+        totals = torch.tensor([result.nats * result.tokens, result.tokens], dtype=torch.float64, device=self._device())
+        dist.all_reduce(totals)
+        return EvalResult(nats=float(totals[0] / totals[1]), tokens=int(totals[1]))
+
+    def gather_streams(self, state: State | None, n_layers: int) -> State | None:
+        """Every process's recurrent state, its streams side by side in rank order (the
+        state one process would carry for all ``B`` streams), on the main process; None
+        on the others, and where the streams are cold."""
+        if not self.active or state is None:
+            return state
+        tensors = {name: self._gather(t) for name, t in state.tensors().items()}
+        return State.from_tensors({name: torch.cat(parts, dim=1) for name, parts in tensors.items()}, n_layers) if self.is_main else None
+
+    def gather_rows(self, tensor: Tensor) -> Tensor | None:
+        """Every process's ``tensor`` (an RNG state), stacked in rank order ``[N, ...]``
+        on the CPU of the main process; None on the others."""
+        parts = self._gather(tensor)
+        return torch.stack([p.cpu() for p in parts]) if self.is_main else None
+
+    def own_streams(self, state: State | None, n_layers: int, streams: slice) -> State | None:
+        """This process's streams of a state saved for all of them."""
+        if state is None:
+            return None
+        return State.from_tensors({name: t[:, streams].contiguous() for name, t in state.tensors().items()}, n_layers)
+
+    def _gather(self, tensor: Tensor) -> list[Tensor]:
+        if not self.active:
+            return [tensor]
+        tensor = tensor.to(self._device()).contiguous()
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)] if self.is_main else None
+        dist.gather(tensor, parts, dst=0)
+        return parts
+
+    def _device(self) -> torch.device:
+        """Where the backend's collectives take their tensors."""
+        return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")

@@ -1,0 +1,193 @@
+"""Multi-process training under torchrun (sharnn.distributed), on the CPU with gloo and
+real processes: two ranks train as one process does, a two-process run killed with
+kill -9 resumes exactly, and a process count that does not divide the streams is refused.
+
+Each torchrun launch costs a few seconds of start-up; the runs are the tiny SMALL model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import (RESUMABLE, SMALL, SUBPROCESS_ENV, assert_ok, assert_same_weights, cli, metrics, wait_for, weights,
+                     write_small_corpus)
+
+from sharnn.distributed import Distributed
+from sharnn.evaluate import EvalResult
+from sharnn.model import State
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    return write_small_corpus(tmp_path_factory.mktemp("data") / "corpus.txt")
+
+
+def torchrun(processes: int, *args, **popen_kwargs) -> subprocess.Popen:
+    """``torchrun --standalone --nproc_per_node=PROCESSES -m sharnn ARGS`` as a real process
+    (a free port on localhost for the rendezvous)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+               "-m", "sharnn", *[str(a) for a in args]]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=SUBPROCESS_ENV, **popen_kwargs)
+
+
+def run_torchrun(processes: int, *args) -> subprocess.CompletedProcess:
+    process = torchrun(processes, *args)
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def train_args(corpus_file: Path, run_dir: Path, recipe: list[str]) -> list[str]:
+    return ["train", "--preset", "tiny", "--out", run_dir, f"data={corpus_file}", *recipe]
+
+
+def assert_finished(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+
+
+def scores(run_dir: Path) -> list[tuple]:
+    """Every logged loss and score of a run: (split, step, bpc)."""
+    return [(r["split"], r["step"], r["bpc"]) for r in metrics(run_dir) if "bpc" in r]
+
+
+def test_two_processes_train_as_one_process_on_all_the_streams(tmp_path, corpus_file):
+    """Without dropout (whose masks a rank draws for its own streams), 2 ranks on 2 + 2
+    streams compute the update 1 process computes on 4: the same losses at every step,
+    the same valid and test BPC (split across the ranks, totals added), the same weights
+    and, gathered from both ranks, the same recurrent state, to fp32 rounding."""
+    recipe = [*SMALL, "log_every_steps=1", "valid_every_steps=6"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert_ok(cli(*train_args(corpus_file, one, recipe)))
+    result = run_torchrun(2, *train_args(corpus_file, two, recipe))
+    assert_finished(result)
+    assert "2 processes" in result.stderr and result.stdout.count("done: valid") == 1  # rank 0 alone reports
+
+    expected, got = scores(one), scores(two)
+    assert [(split, step) for split, step, _ in got] == [(split, step) for split, step, _ in expected]
+    assert len([s for s in got if s[0] == "train"]) == 12 and len([s for s in got if s[0] == "valid"]) == 2
+    for (split, step, a), (_, _, b) in zip(expected, got):
+        assert b == pytest.approx(a, rel=1e-6, abs=1e-6), (split, step)
+    for name, tensor in weights(one / "latest").items():
+        torch.testing.assert_close(weights(two / "latest")[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    state_one, state_two = load_file(one / "latest" / "state.safetensors"), load_file(two / "latest" / "state.safetensors")
+    assert state_two.keys() == state_one.keys() and state_two["lstm.0.h"].shape == (1, 4, 32)  # all 4 streams
+    for name, tensor in state_one.items():
+        torch.testing.assert_close(state_two[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    trainer = torch.load(two / "latest" / "trainer.pt", weights_only=True)
+    assert trainer["torch_rng"].shape[0] == 2 and not torch.equal(*trainer["torch_rng"])  # each rank's own RNG
+
+
+def test_torchrun_with_one_process_is_a_plain_run(tmp_path, corpus_file):
+    """One process under torchrun trains through DistributedDataParallel and gloo, and
+    ends bit for bit where a plain run does (dropout on: the same masks)."""
+    recipe = [*RESUMABLE, "max_steps=16"]
+    plain, launched = tmp_path / "plain", tmp_path / "torchrun"
+    assert_ok(cli(*train_args(corpus_file, plain, recipe)))
+    assert_finished(run_torchrun(1, *train_args(corpus_file, launched, recipe)))
+    assert_same_weights(plain / "latest", launched / "latest")
+    assert scores(plain) == scores(launched)
+    runs = [json.loads(line) for line in (launched / "metrics.jsonl").read_text().splitlines() if '"run"' in line]
+    assert runs[0]["processes"] == 1
+    assert runs[0]["command"].startswith(f"torchrun --nproc_per_node=1 -m sharnn train --preset tiny --out {launched}")
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (torchrun starts each worker in a session of its own,
+    so killing torchrun's process group would leave them running)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, queue = [], [pid]
+    while queue:
+        tree.append(queue.pop())
+        queue.extend(parents.get(tree[-1], []))
+    return tree
+
+
+def test_a_two_process_run_killed_with_kill_9_resumes_exactly(tmp_path, corpus_file):
+    """kill -9 of torchrun and both workers after the checkpoint of step 8 (of 40, with
+    dropout): ``torchrun ... train --resume`` ends with the weights and the logged losses
+    of the uninterrupted two-process run, bit for bit (each rank's streams and RNG were
+    gathered into the checkpoint)."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert_finished(run_torchrun(2, *train_args(corpus_file, whole, RESUMABLE)))
+
+    process = torchrun(2, *train_args(corpus_file, killed, RESUMABLE))
+    try:
+        assert wait_for(lambda: (killed / "latest").is_symlink() and (killed / "latest").resolve().name >= "step-00000008",
+                        process)
+        tree = _process_tree(process.pid)
+        for pid in tree:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        process.kill()
+        process.communicate()
+    assert len(tree) >= 3  # torchrun and its two workers
+    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in tree), timeout=30)
+    stopped_at = int((killed / "latest").resolve().name.split("-")[1])
+    assert stopped_at < 40 and not (killed / "summary.json").exists()
+
+    assert_finished(run_torchrun(2, "train", "--resume", killed))
+    assert_same_weights(whole / "latest", killed / "latest")
+    assert scores(killed) == scores(whole)
+    resumes = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines() if '"run"' in line]
+    assert [r["step"] for r in resumes] == [0, stopped_at] and all(r["processes"] == 2 for r in resumes)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (Z: a zombie, already dead), or "Z" if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_a_process_count_that_does_not_divide_the_streams_is_refused_with_one_line(tmp_path, corpus_file):
+    """3 processes for 4 train streams: the workers print one error line between them
+    (torchrun then adds its own failure report) and nothing is created."""
+    run_dir = tmp_path / "run"
+    result = run_torchrun(3, *train_args(corpus_file, run_dir, SMALL))
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert errors == ["error: train_streams=4 cannot be divided among 3 processes: run a number of processes "
+                      "that divides 4, or change train_streams"], result.stderr
+    frames = [line for line in result.stderr.splitlines() if line.strip().startswith('File "')]
+    assert all("torch/distributed" in line or "runpy" in line for line in frames), frames  # torchrun's, not ours
+    assert not run_dir.exists()
+
+
+def test_one_process_outside_torchrun_is_the_identity():
+    """Outside torchrun every method of Distributed leaves things as they are."""
+    single = Distributed.from_environment("cpu")
+    assert (single.active, single.rank, single.world_size, single.is_main) == (False, 0, 1, True)
+    loss, state = torch.tensor(2.5), State(lstm=[(torch.ones(1, 4, 3), torch.zeros(1, 4, 3))], memory=[None])
+    assert single.mean(loss) is loss and single.agree(True, 3.0) == (True, 3.0)
+    assert single.combine(EvalResult(nats=1.5, tokens=10)) == EvalResult(nats=1.5, tokens=10)
+    assert single.gather_streams(state, 1) is state and single.block(4, "train_streams") == slice(0, 4)
+    assert single.gather_rows(torch.arange(3)).tolist() == [[0, 1, 2]]
+    assert single.device("auto") == "auto" and single.share("name") == "name"
+
+
+def test_streams_are_divided_in_contiguous_blocks(monkeypatch):
+    """Rank r of N takes streams r B/N .. (r+1) B/N - 1; its block of a saved state is
+    those streams."""
+    blocks = [Distributed(rank=r, world_size=4, active=True).block(8, "train_streams") for r in range(4)]
+    assert blocks == [slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)]
+    saved = State(lstm=[(torch.arange(8.0).view(1, 8, 1), -torch.arange(8.0).view(1, 8, 1))], memory=[torch.arange(16.0).view(2, 8, 1)])
+    mine = Distributed(rank=2, world_size=4, active=True).own_streams(saved, 1, blocks[2])
+    assert mine.lstm[0][0].flatten().tolist() == [4.0, 5.0] and mine.memory[0][:, :, 0].tolist() == [[4.0, 5.0], [12.0, 13.0]]
+    with pytest.raises(Exception, match="test_streams=6 cannot be divided among 4 processes"):
+        Distributed(rank=0, world_size=4, active=True).block(6, "test_streams")
