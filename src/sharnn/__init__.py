@@ -6,6 +6,8 @@ Python API::
     model = SHARNN(SHARNNConfig(d_model=256, n_layers=2, boom_dim=1024))
     logits, state = model(tokens)   # tokens [T, B] int64 -> logits [T, B, 256]
     model.set_attn_implementation("sdpa")   # fused attention kernels; the same function
+    model.save_pretrained("my-model")        # config.json, model.safetensors (with its SHA-256), README.md
+    model = SHARNN.from_pretrained("my-model")   # a folder or a Hugging Face Hub repo id
 
 ``docs/`` in the repository explains the model, the optimizer, the data and the
 evaluation protocol.

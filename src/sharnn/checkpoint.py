@@ -31,6 +31,12 @@ These are the three parts of ``sharnn.train.TrainingState.state_dict()``: ``mode
 A checkpoint is written into a staging folder, flushed to disk and renamed; the links
 are swapped atomically. A crash therefore leaves the previous link and never a
 half-written checkpoint; checkpoints no link points to are deleted after each save.
+
+The functions that read a checkpoint (:func:`resolve`, :func:`read_config`,
+:func:`load_model`) also take a folder in the Hugging Face Hub layout, written by
+``SHARNN.save_pretrained`` or ``sharnn export`` (:mod:`sharnn.pretrained`,
+docs/sharing.md): ``config.json`` and ``model.safetensors``, and from an export
+``train_config.yaml``, the run's TrainConfig.
 """
 
 from __future__ import annotations
@@ -49,9 +55,11 @@ from safetensors.torch import load_file
 
 from .config import TrainConfig, load_config, to_yaml
 from .errors import CheckpointError, ConfigError, RunError
-from .model import SHARNN, State
+from .model import SHARNN, SHARNNConfig, State, pretrained_config
+from .pretrained import CONFIG_JSON, apply_weights, read_config_json
 
 MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = "model.safetensors", "state.safetensors", "trainer.pt", "config.yaml"
+TRAIN_CONFIG_FILE = "train_config.yaml"  # an exported folder's TrainConfig
 
 
 def write_checkpoint(folder: Path, config: TrainConfig, state: dict, info: dict[str, str] | None = None) -> Path:
@@ -176,7 +184,8 @@ def point(link: Path, target: Path) -> None:
 
 
 def resolve(path: str | Path) -> Path:
-    """A checkpoint folder from a checkpoint path or a run folder (its ``best``, else ``latest``).
+    """A checkpoint folder from a checkpoint path, a run folder (its ``best``, else
+    ``latest``), or a folder in the Hub layout (:func:`is_pretrained`).
 
     Raises:
         CheckpointError: if no checkpoint is there.
@@ -185,20 +194,46 @@ def resolve(path: str | Path) -> Path:
     for candidate in (path, path / "best", path / "latest"):
         if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
             return candidate.resolve()
-    raise CheckpointError(f"no checkpoint at {path} (expected {MODEL_FILE} and {CONFIG_FILE}, or a run folder)")
+    if is_pretrained(path):
+        return path.resolve()
+    raise CheckpointError(f"no checkpoint at {path} (expected {MODEL_FILE} with {CONFIG_FILE} (a checkpoint) or "
+                          f"{CONFIG_JSON} (save_pretrained, sharnn export), or a run folder)")
+
+
+def is_pretrained(folder: Path) -> bool:
+    """Whether ``folder`` is in the Hub layout: ``config.json`` and ``model.safetensors``."""
+    return (folder / CONFIG_JSON).is_file() and (folder / MODEL_FILE).is_file()
 
 
 def read_config(path: str | Path) -> TrainConfig:
-    """The configuration stored with a checkpoint (or a run folder's best/latest one).
+    """The configuration stored with a checkpoint (or a run folder's best/latest one); for
+    an exported folder, its ``train_config.yaml`` with the model of its ``config.json``
+    (collapsed, when it was exported so).
 
     Raises:
-        CheckpointError: no checkpoint there, or an invalid ``config.yaml``.
+        CheckpointError: no checkpoint there; an invalid ``config.yaml``,
+            ``train_config.yaml`` or ``config.json``; a folder written by a plain
+            ``save_pretrained``, which records no training config.
     """
     folder = resolve(path)
+    if not is_pretrained(folder):
+        return _load_config(folder / CONFIG_FILE)
+    if not (folder / TRAIN_CONFIG_FILE).is_file():
+        raise CheckpointError(f"{folder} has no {TRAIN_CONFIG_FILE} (saved with save_pretrained, not sharnn export): "
+                              f"it does not record the data or the evaluation protocol")
+    return _load_config(folder / TRAIN_CONFIG_FILE, read_model_config(folder))
+
+
+def read_model_config(folder: Path) -> SHARNNConfig:
+    """The model config in a Hub-layout folder's ``config.json``. Raises :class:`CheckpointError`."""
+    return pretrained_config(read_config_json(folder), folder / CONFIG_JSON)
+
+
+def _load_config(file: Path, model: SHARNNConfig | None = None) -> TrainConfig:
     try:
-        return load_config(folder / CONFIG_FILE)
+        return load_config(file, model=model)
     except ConfigError as e:
-        raise CheckpointError(f"{folder / CONFIG_FILE}: {e}") from None
+        raise CheckpointError(f"{file}: {e}") from None
 
 
 def load_weights(model: SHARNN, folder: Path, device: str | torch.device = "cpu") -> None:
@@ -214,27 +249,23 @@ def load_weights(model: SHARNN, folder: Path, device: str | torch.device = "cpu"
     apply_weights(model, weights, folder)
 
 
-def apply_weights(model: SHARNN, weights: dict[str, torch.Tensor], source: str | Path) -> None:
-    """``model.load_state_dict(weights)``, with a mismatch reported as a
-    :class:`CheckpointError` naming ``source``."""
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as e:
-        detail = " ".join(str(e).split())[:300]
-        raise CheckpointError(f"{source} does not match its config: {detail}") from None
-
-
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[SHARNN, TrainConfig]:
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[SHARNN, TrainConfig | None]:
     """Build the model a checkpoint (or a run folder's best checkpoint) describes and load
-    its weights.
+    its weights; a Hub-layout folder through ``SHARNN.from_pretrained`` (its weights'
+    SHA-256 checked).
 
     Returns:
-        ``(model, config)``, the model in eval mode on ``device``, on the eager path.
+        ``(model, config)``, the model in eval mode on ``device``, on the eager path;
+        ``config`` is None for a folder written by a plain ``save_pretrained`` (no
+        ``train_config.yaml``).
 
     Raises:
         CheckpointError: missing or corrupt files, or weights that do not match the config.
     """
     folder = resolve(path)
+    if is_pretrained(folder):
+        model = SHARNN.from_pretrained(folder, map_location=device)
+        return model, read_config(folder) if (folder / TRAIN_CONFIG_FILE).is_file() else None
     config = read_config(folder)
     model = SHARNN(config.model)
     load_weights(model, folder)

@@ -1,4 +1,4 @@
-"""The ``sharnn`` command line: prepare, train, eval, generate, compress, decompress, info.
+"""The ``sharnn`` command line: prepare, train, eval, generate, compress, decompress, export, info.
 
 User errors (bad config, missing file, wrong checksum, incompatible checkpoint, ...)
 print one ``error:`` line and exit with status 1; usage errors (an unknown option, an
@@ -165,14 +165,19 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 @click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
 def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     """Bits per byte, nats per byte and perplexity of a checkpoint (a checkpoint folder,
-    or a run folder for its best checkpoint)."""
+    a run folder for its best checkpoint, or an exported or save_pretrained folder)."""
     from .checkpoint import load_model
+    from .config import TrainConfig
     from .data import load_corpus, read_bytes
-    from .errors import ConfigError
+    from .errors import CheckpointError, ConfigError
     from .evaluate import evaluate
     from .progress import ProgressDisplay
 
     model, config = load_model(checkpoint)
+    if config is None:  # a plain save_pretrained folder: no data recorded; the paper's protocol for --file
+        if file is None:
+            raise CheckpointError(f"{checkpoint} records no training data (no train_config.yaml): give --file FILE")
+        config = TrainConfig(model=model.config)
     runtime = _runtime(device, config.precision, fast_path)
     window = bptt or config.bptt
     try:
@@ -206,8 +211,9 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
 @click.option("--device", default="auto", show_default=True)
 @click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
 def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top_p, seed, device, fast_path):
-    """Sample bytes from a checkpoint, streaming them to standard output as they come.
-    Invalid UTF-8 is shown with replacement characters."""
+    """Sample bytes from a checkpoint (a checkpoint, run, exported or save_pretrained
+    folder), streaming them to standard output as they come. Invalid UTF-8 is shown with
+    replacement characters."""
     from .checkpoint import load_model
     from .data import ByteTokenizer, read_bytes
     from .errors import ConfigError
@@ -225,7 +231,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     if not prompt_bytes:
         prompt_bytes = b"\n"  # an empty prompt starts after a newline
     model, config = load_model(checkpoint)
-    runtime = _runtime(device, config.precision, fast_path)
+    runtime = _runtime(device, config.precision if config else "auto", fast_path)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     out = sys.stdout
     out.write(decoder.decode(prompt_bytes))
@@ -369,29 +375,52 @@ def _runtime(device: str, precision: str, fast_path: str):
 
 
 @main.command()
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create; it must not exist.")
+@click.option("--collapse", is_flag=True, help="Fold each value-gate network into its constant first: fewer "
+                                               "parameters, the same outputs.")
+def export(checkpoint, out, collapse):
+    """Write a run's best checkpoint (or the given checkpoint) as a folder to share in the
+    Hugging Face Hub layout: config.json, model.safetensors, a model card README.md,
+    train_config.yaml, training.json and bpc.png (docs/sharing.md)."""
+    from .export import export as write_export
+
+    click.echo(f"exported {checkpoint} to {write_export(checkpoint, out, collapse)}")
+
+
+@main.command()
 @click.argument("target", required=False)
 def info(target):
-    """Configuration and parameter counts of a preset, a config file, a run or a
-    checkpoint, and for a run or checkpoint its step, epoch and scores (without TARGET:
-    the list of presets)."""
+    """Configuration and parameter counts of a preset, a config file, a run, a checkpoint
+    or an exported or save_pretrained folder, and for these folders their step, epoch and
+    scores (without TARGET: the list of presets)."""
+    from .checkpoint import is_pretrained
     from .config import load_config, preset_names, to_yaml
+    from .export import describe
     from .model import SHARNN
 
     if target is None:
         click.echo("presets: " + ", ".join(preset_names()))
         return
-    config = load_config(target)  # a preset, a YAML file, or a run/checkpoint folder's config.yaml
+    path, scores = Path(target), None
+    if is_pretrained(path):
+        text, model_config, scores = describe(path)
+    else:
+        config = load_config(target)  # a preset, a YAML file, or a run/checkpoint folder's config.yaml
+        text, model_config = to_yaml(config), config.model
+        if path.is_dir():
+            scores = _checkpoint_scores(path)
     with torch.device("meta"):
-        model = SHARNN(config.model)
-    click.echo(to_yaml(config).rstrip())
+        model = SHARNN(model_config)
+    click.echo(text.rstrip())
     click.echo("")
     for part, count in model.parameter_counts().items():
         if count:
             click.echo(f"  {part:<24} {count:>14,}")
     total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)
     click.echo(f"parameters: {total:,} trainable ({total / 1e6:.2f}M), {collapsed:,} collapsed ({collapsed / 1e6:.2f}M)")
-    if Path(target).is_dir():
-        click.echo(_checkpoint_scores(Path(target)))
+    if scores:
+        click.echo(scores)
 
 
 def _checkpoint_scores(path: Path) -> str:

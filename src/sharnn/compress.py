@@ -42,6 +42,7 @@ import torch
 from .config import TrainConfig, load_config
 from .errors import CheckpointError, ConfigError, DataError
 from .model import SHARNN
+from .pretrained import update_weights_digest
 from .progress import ProgressDisplay
 from .train import build_optimizer, learning_rate, train_step
 
@@ -94,11 +95,10 @@ class Header:
 
 
 def model_sha256(model: SHARNN) -> str:
-    """SHA-256 of a model's config and every weight (name, dtype, shape and bytes), hex."""
+    """SHA-256 of a model's config (its JSON, keys sorted) and then of every weight (name,
+    dtype, shape and bytes; :func:`sharnn.pretrained.update_weights_digest`), hex."""
     digest = hashlib.sha256(json.dumps(dataclasses.asdict(model.config), sort_keys=True).encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    update_weights_digest(digest, model.state_dict())
     return digest.hexdigest()
 
 

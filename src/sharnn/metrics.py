@@ -71,16 +71,22 @@ class MetricsLog:
     def plot(self) -> None:
         """Write ``bpc.png``: train and valid BPC against steps, and the test BPC at the
         best checkpoint's step once there is one (atomically)."""
-        import matplotlib.pyplot as plt
-
-        fig = _figure(self.history, self.folder.name)
-        tmp = self.folder / ".bpc.png.tmp"
-        fig.savefig(tmp, format="png", dpi=100)
-        plt.close(fig)
-        tmp.replace(self.folder / "bpc.png")
+        plot_bpc(self.history, self.folder / "bpc.png", self.folder.name)
 
     def close(self) -> None:
         self.tensorboard.close()
+
+
+def plot_bpc(records: list[dict], path: Path, title: str) -> None:
+    """Write the ``bpc.png`` figure of a run's ``records`` (see :func:`read_records`) to
+    ``path``, titled ``title``, atomically (a temporary file beside it, renamed)."""
+    import matplotlib.pyplot as plt
+
+    fig = _figure(records, title)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
 
 
 def read_records(folder: str | Path) -> list[dict]:

@@ -22,23 +22,36 @@ choose their attention implementation (:meth:`SHARNN.set_attn_implementation`):
 (``F.scaled_dot_product_attention``, fused kernels on CUDA). Both compute the same
 function. Compilation and activation recompute are applied to the sub-layers from
 outside (:mod:`sharnn.runtime`); nothing here branches on them.
+
+``SHARNN`` is a ``huggingface_hub.PyTorchModelHubMixin``: ``save_pretrained`` and
+``from_pretrained`` write and read the Hub layout (``config.json``, ``model.safetensors``
+with the SHA-256 of its weights, a model card), strictly; the file format is
+:mod:`sharnn.pretrained` (docs/sharing.md).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+import numbers
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from huggingface_hub import ModelCard, PyTorchModelHubMixin
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
-from .errors import ConfigError
+from . import pretrained
+from .errors import CheckpointError, ConfigError
+
+# What each scalar setting of SHARNNConfig must be, by its annotation (bool is not an int here).
+_FIELD_TYPES = {"int": (numbers.Integral, "an integer"), "float": (numbers.Real, "a number"), "bool": (bool, "true or false")}
 
 
 @dataclass
@@ -79,8 +92,26 @@ class SHARNNConfig:
     layer_norm_eps: float = 1e-12
     collapsed: bool = False
 
+    @classmethod
+    def from_dict(cls, fields: dict) -> SHARNNConfig:
+        """The config a mapping of its settings describes (``config.json``'s object);
+        settings it lacks take their defaults. Raises :class:`ConfigError`: a key that is
+        not a setting, or a value of the wrong type or out of range."""
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ConfigError(f"unknown model setting {unknown[0]!r}")
+        config = cls(**fields)
+        config.validate()
+        return config
+
     def validate(self) -> None:
         """Check every value; raise :class:`ConfigError` naming the first bad one."""
+        for f in dataclasses.fields(self):
+            if f.type in _FIELD_TYPES:  # f.type is the annotation's text (`from __future__ import annotations`)
+                kind, expected = _FIELD_TYPES[f.type]
+                value = getattr(self, f.name)
+                if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+                    raise ConfigError(f"model.{f.name} must be {expected}, got {value!r}")
         for name in ("vocab_size", "d_model", "n_layers", "boom_dim", "attention_span"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
@@ -97,13 +128,12 @@ class SHARNNConfig:
     def attention_blocks(self) -> list[int]:
         """Indices of the blocks that carry an attention head. Raises :class:`ConfigError`."""
         placement = self.attention
-        if isinstance(placement, str):
-            if placement == "none":
-                return []
-            if placement == "single":
-                return [max(self.n_layers - 2, 0)]
-            if placement == "all":
-                return list(range(self.n_layers))
+        words = {"none": [], "single": [max(self.n_layers - 2, 0)], "all": list(range(self.n_layers))}
+        if isinstance(placement, str) and placement in words:
+            return words[placement]
+        indices = isinstance(placement, (list, tuple)) and all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in placement)
+        if not indices:
             raise ConfigError(
                 f"model.attention must be 'none', 'single', 'all' or a list of block indices, got {placement!r}"
             )
@@ -422,7 +452,13 @@ class Block(nn.Module):
         return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
 
 
-class SHARNN(nn.Module):
+class SHARNN(
+    nn.Module,
+    PyTorchModelHubMixin,
+    library_name="sharnn",
+    paper_url="https://arxiv.org/abs/1911.11423",
+    tags=["sha-rnn", "byte-level", "language-modeling", "arxiv:1911.11423"],
+):
     """The SHA-RNN language model: tied embedding, blocks, tied softmax with its own bias.
 
     Example::
@@ -430,6 +466,8 @@ class SHARNN(nn.Module):
         model = SHARNN(SHARNNConfig(d_model=256, n_layers=2, boom_dim=1024))
         logits, state = model(tokens)          # tokens [T, B] -> logits [T, B, V]
         logits, state = model(more, state)     # carries LSTM state and memory
+        model.save_pretrained("my-model")      # config.json, model.safetensors, README.md
+        model = SHARNN.from_pretrained("my-model")   # or a Hub repo id; in eval mode
 
     Raises:
         ConfigError: an invalid ``config``.
@@ -560,3 +598,59 @@ class SHARNN(nn.Module):
                 if isinstance(module, Attention) and hasattr(module, "value_gate_net"):
                     total -= sum(p.numel() for p in module.value_gate_net.parameters())
         return total
+
+    # -------------------------------------------------- the Hugging Face Hub layout (docs/sharing.md)
+
+    def _save_pretrained(self, save_directory: Path) -> None:
+        """The mixin's hook: write ``config.json`` (this model's config, so a collapsed
+        model says so) and ``model.safetensors`` (with the weights' SHA-256)."""
+        pretrained.write_files(Path(save_directory), dataclasses.asdict(self.config), self.state_dict())
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs) -> SHARNN:
+        """The model saved in a local folder (read offline, silently) or a Hub repo id, in
+        eval mode on ``map_location`` (default ``"cpu"``); other keywords (revision,
+        cache_dir, token, ...) are the mixin's, for the Hub.
+
+        Raises:
+            CheckpointError: no ``config.json``, an invalid one, weights that fail their
+                SHA-256 check, a missing or corrupt ``model.safetensors``, or weights
+                that do not fit the config (a missing or extra tensor, a wrong shape).
+        """
+        if Path(pretrained_model_name_or_path).is_dir():  # the mixin would only warn without config.json
+            pretrained.read_config_json(Path(pretrained_model_name_or_path))
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
+    @classmethod
+    def _from_pretrained(cls, *, model_id: str, config: dict | None = None,
+                         map_location: str | torch.device = "cpu", **download) -> SHARNN:
+        """The mixin's hook: ``config`` is config.json's object as the mixin read it (it
+        does not decode it: the annotation of ``__init__`` is text here); the weights are
+        checked and loaded strictly."""
+        folder = pretrained.locate(model_id, **download)
+        model = cls(pretrained_config(config, folder / pretrained.CONFIG_JSON))
+        pretrained.apply_weights(model, pretrained.read_weights(folder), folder / pretrained.WEIGHTS_FILE)
+        return model.to(map_location).eval()
+
+    def generate_model_card(self, *args, **kwargs) -> ModelCard:
+        """The ``README.md`` that ``save_pretrained`` writes: architecture and parameter
+        counts from this model; ``kwargs`` add the rest (``sharnn export`` adds the
+        training record, the data and its licence; see :func:`sharnn.pretrained.model_card`)."""
+        with torch.device("meta"):
+            trained = SHARNN(dataclasses.replace(self.config, collapsed=False))
+        fields = {"config": dataclasses.asdict(self.config), "attention_blocks": self.config.attention_blocks(),
+                  "parameters": trained.num_parameters(), "parameters_collapsed": trained.num_parameters(collapsed=True),
+                  "paper_url": self._hub_mixin_info.paper_url}
+        return pretrained.model_card(self._hub_mixin_info.model_card_data, **(fields | kwargs))
+
+
+def pretrained_config(fields: dict | None, source: Path) -> SHARNNConfig:
+    """The :class:`SHARNNConfig` of config.json's object ``fields``. Raises
+    :class:`CheckpointError` naming ``source``: no config.json, an unknown setting, a
+    wrong type or an invalid value."""
+    if fields is None:
+        raise CheckpointError(f"{source} is missing")
+    try:
+        return SHARNNConfig.from_dict(fields)
+    except ConfigError as e:
+        raise CheckpointError(f"{source}: {e}") from None

@@ -1,0 +1,197 @@
+"""``sharnn export``: a run's best checkpoint (or any checkpoint) as a folder to share, in
+the Hugging Face Hub layout (docs/sharing.md)::
+
+    config.json          the model config (``collapsed: true`` with --collapse)
+    model.safetensors    the weights, with their SHA-256 (:mod:`sharnn.pretrained`)
+    README.md            the model card (template ``sharnn/model_card.md``)
+    train_config.yaml    the run's full TrainConfig: ``sharnn train --config`` re-runs it,
+                         ``sharnn eval DIR`` evaluates with its data and protocol
+    training.json        the record of the run (:func:`training_record`)
+    bpc.png              the training curve (absent for a checkpoint outside a run folder)
+
+The folder is written into a staging folder beside it, flushed and renamed: an error
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from . import checkpoint
+from .config import TrainConfig, to_yaml
+from .errors import CheckpointError
+from .metrics import plot_bpc, read_records
+from .model import SHARNN, SHARNNConfig
+from .train import read_summary
+
+TRAINING_FILE, CURVE_FILE = "training.json", "bpc.png"
+
+# What the card says about the data a model learned from, and the licence its weights
+# inherit (src/sharnn/corpora/README.md for the bundled head).
+_WIKIPEDIA = {"licence": "CC BY-SA 3.0 and GFDL, as the Wikipedia text it was trained on (attribution: Wikipedia "
+                         "contributors; enwik8 by Matt Mahoney, for the Hutter Prize)",
+              "license": "cc-by-sa-3.0", "datasets": ["LTCB/enwik8"]}
+_ENWIK8_HEAD = ("`enwik8-head`, bundled with sharnn: the first 4,154,064 bytes of enwik8 (491 whole pages of the "
+                "English Wikipedia XML dump of 2006-03-03). It is a prefix of enwik8, not the enwik8 benchmark: its "
+                "scores are not comparable with published enwik8 figures (§4.1, Table 1).")
+_ENWIK8 = ("enwik8: the first 100,000,000 bytes of the English Wikipedia XML dump of 2006-03-03, the byte-level "
+           "benchmark of §4.1.")
+_ENWIK8_SPLIT = "the standard enwik8 split: the first 90,000,000 bytes train, the next 5,000,000 valid, the last 5,000,000 test"
+
+
+def export(source: str | Path, out: str | Path, collapse: bool = False) -> Path:
+    """Write the checkpoint at ``source`` (a run folder: its best checkpoint) into the new
+    folder ``out``; with ``collapse``, the model after :meth:`SHARNN.collapse`.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        CheckpointError: no checkpoint at ``source``, an already exported one, a
+            checkpoint without a training record, or ``out`` exists (left untouched).
+        OSError: the file system refused; nothing is left behind.
+    """
+    folder, out = checkpoint.resolve(source), Path(out)
+    if checkpoint.is_pretrained(folder):
+        raise CheckpointError(f"{folder} is an exported model already: export takes a run or a checkpoint")
+    if out.exists() or out.is_symlink():
+        raise CheckpointError(f"{out} exists: export writes a new folder")
+    model, config = checkpoint.load_model(folder)
+    run = folder.parent.parent if folder.parent.name == "checkpoints" else None  # checkpoints/step-N of a run
+    records = read_records(run) if run else []
+    record = training_record(folder, model, records, read_summary(run) if run else None)
+    if collapse:
+        model.collapse()
+    staging = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir(parents=True)
+        curve = _write_curve(run, records, staging / CURVE_FILE)
+        model.save_pretrained(staging, model_card_kwargs=card_fields(config, record, out, curve))
+        (staging / checkpoint.TRAIN_CONFIG_FILE).write_text(to_yaml(config))
+        (staging / TRAINING_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        for file in staging.iterdir():
+            with open(file, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+def training_record(folder: Path, model: SHARNN, records: list[dict], summary: dict | None) -> dict:
+    """What ``training.json`` holds about the checkpoint in ``folder`` (with the model it
+    holds, its run's metrics ``records`` and ``summary.json``; empty and None outside a run):
+
+    - ``step``, ``epochs``: the optimizer steps and epochs done at the checkpoint;
+    - ``valid_bpc``: its valid BPC, when it was validated at its step (the best checkpoint is);
+    - ``test_bpc``: the run's test BPC, when this is the checkpoint the run tested;
+    - ``train_seconds``: training seconds up to its step (wall clock, validations included);
+    - ``command``, ``resumes``: the command that started the run and those that resumed
+      it before this step (the ``run`` records of metrics.jsonl);
+    - ``parameters``, ``parameters_collapsed``: trainable and collapsed parameter counts.
+
+    Raises:
+        CheckpointError: the checkpoint records no step (not written by ``sharnn train``).
+    """
+    info = checkpoint.read_info(folder)
+    if "step" not in info:
+        raise CheckpointError(f"{folder} records no training step: export takes a checkpoint written by sharnn train")
+    step = int(info["step"])
+    record = {"step": step, "epochs": float(info["epochs"])}
+    if "valid_bpc" in info:
+        record["valid_bpc"] = float(info["valid_bpc"])
+    if summary and summary.get("best_step") == step:
+        record["test_bpc"] = summary["test_bpc"]
+    seconds = [r["seconds"] for r in records if "seconds" in r and r["step"] <= step]
+    if seconds:
+        record["train_seconds"] = seconds[-1]
+    commands = [r["command"] for r in records if r["split"] == "run" and r["step"] < step]
+    if commands:
+        record["command"], record["resumes"] = commands[0], commands[1:]
+    return record | {"parameters": model.num_parameters(), "parameters_collapsed": model.num_parameters(collapsed=True)}
+
+
+def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool) -> dict:
+    """What the model card shows beyond the model itself (see ``sharnn/model_card.md``),
+    with the metadata's ``license`` and ``datasets``."""
+    meta = _data_meta(config.data)
+    if config.data == "enwik8-head" or meta.get("name") == "enwik8":
+        data = _WIKIPEDIA | {"description": _ENWIK8_HEAD if config.data == "enwik8-head" else _ENWIK8}
+    else:
+        data = {"description": f"`{config.data}`, as named in train_config.yaml.",
+                "licence": "unknown: state it before sharing", "license": "unknown", "datasets": None}
+    if meta.get("name") == "enwik8":
+        split = _ENWIK8_SPLIT
+    else:
+        valid, test = meta.get("valid_fraction", config.valid_fraction), meta.get("test_fraction", config.test_fraction)
+        split = f"by position: train first, then valid (the next {100 * valid:g}%), then test (the last {100 * test:g}%)"
+    protocol = {"split": split, "valid_streams": config.valid_streams, "test_streams": config.test_streams,
+                "bptt": config.bptt}
+    return {"license": data.pop("license"), "datasets": data.pop("datasets"), "data": data, "protocol": protocol,
+            "training": record, "preset": _preset(record.get("command")), "curve": curve, "location": str(out)}
+
+
+def describe(folder: Path) -> tuple[str, SHARNNConfig, str]:
+    """What ``sharnn info`` shows of a Hub-layout folder: its configuration as YAML (the
+    training config with the exported model, or the model alone after a plain
+    ``save_pretrained``), the model config, and a line of scores from ``training.json``.
+
+    Raises:
+        CheckpointError: an invalid ``config.json``, ``train_config.yaml`` or ``training.json``.
+    """
+    model_config = checkpoint.read_model_config(folder)
+    if (folder / checkpoint.TRAIN_CONFIG_FILE).is_file():
+        text = to_yaml(checkpoint.read_config(folder))
+    else:
+        text = OmegaConf.to_yaml({"model": OmegaConf.structured(model_config)})
+    file = folder / TRAINING_FILE
+    if not file.is_file():
+        return text, model_config, f"{folder}: no training record (saved with save_pretrained)"
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{file} is unreadable or not JSON ({e})") from None
+    parts = [f"step {record['step']}", f"epoch {record['epochs']:.2f}"]
+    if "valid_bpc" in record:
+        parts.append(f"valid {record['valid_bpc']:.4f} BPC")
+    parts.append(f"test {record['test_bpc']:.4f} BPC" if "test_bpc" in record else "test not recorded")
+    return text, model_config, f"exported model {folder}: " + ", ".join(parts)
+
+
+def _write_curve(run: Path | None, records: list[dict], path: Path) -> bool:
+    """Copy the run's ``bpc.png`` to ``path``, or draw it from its ``records``; False when
+    there is neither."""
+    if run is not None and (run / CURVE_FILE).is_file():
+        shutil.copyfile(run / CURVE_FILE, path)
+        return True
+    if records:
+        plot_bpc(records, path, run.name)
+        return True
+    return False
+
+
+def _data_meta(data: str) -> dict:
+    """The ``meta.json`` of a prepared corpus folder (``sharnn prepare``), else empty."""
+    try:
+        return json.loads((Path(data) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _preset(command: str | None) -> str | None:
+    """The ``--preset`` of a recorded ``sharnn train`` command, or None."""
+    words = shlex.split(command or "")
+    for i, word in enumerate(words):
+        if word == "--preset" and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--preset="):
+            return word.split("=", 1)[1]
+    return None

@@ -1,0 +1,135 @@
+"""The Hugging Face Hub layout of a model, which ``SHARNN.save_pretrained`` writes and
+``SHARNN.from_pretrained`` reads (docs/sharing.md)::
+
+    config.json          the SHARNNConfig, one JSON object
+    model.safetensors    the weights; its metadata holds ``format: pt`` and ``sha256``,
+                         the SHA-256 of the weights (:func:`weights_sha256`)
+    README.md            the model card (template ``sharnn/model_card.md``)
+
+Safetensors files carry no checksum, so a flipped byte in the tensor data would load
+silently; the recorded SHA-256 is checked on every load. This module holds the file
+format; :class:`sharnn.model.SHARNN` builds and fills the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+
+import safetensors.torch
+import torch
+from huggingface_hub import ModelCard, ModelCardData, hf_hub_download
+from safetensors import SafetensorError, safe_open
+
+from .errors import CheckpointError
+
+CONFIG_JSON, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+def update_weights_digest(digest, weights: Mapping[str, torch.Tensor]) -> None:
+    """Feed every tensor of ``weights`` to ``digest`` (a ``hashlib`` object), sorted by
+    name: ``"NAME DTYPE SHAPE"`` then its bytes. The compressor's model fingerprint
+    (:func:`sharnn.compress.model_sha256`) is this after the config."""
+    for name, tensor in sorted(weights.items()):
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def weights_sha256(weights: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of the weights (name, dtype, shape and bytes of every tensor), hex."""
+    digest = hashlib.sha256()
+    update_weights_digest(digest, weights)
+    return digest.hexdigest()
+
+
+def write_files(folder: Path, config: dict, weights: Mapping[str, torch.Tensor]) -> None:
+    """Write ``config.json`` and ``model.safetensors`` (with ``format: pt`` and the
+    weights' SHA-256 in its metadata) into ``folder``, each staged as ``.NAME.tmp`` and
+    renamed. Raises ``OSError`` when the file system refuses."""
+    tensors = {name: t.detach().contiguous().cpu() for name, t in weights.items()}
+    metadata = {"format": "pt", "sha256": weights_sha256(tensors)}
+    files = {CONFIG_JSON: (json.dumps(config, sort_keys=True, indent=2) + "\n").encode(),
+             WEIGHTS_FILE: safetensors.torch.save(tensors, metadata=metadata)}
+    for name, data in files.items():
+        tmp = folder / f".{name}.tmp"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, folder / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+def read_config_json(folder: Path) -> dict:
+    """The JSON object in ``folder/config.json``.
+
+    Raises:
+        CheckpointError: no config.json, an unreadable one, or one that is not a JSON object.
+    """
+    file = Path(folder) / CONFIG_JSON
+    try:
+        fields = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder} has no {CONFIG_JSON}: not a folder written by save_pretrained or "
+                              f"sharnn export") from None
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{file} is unreadable or not JSON ({e})") from None
+    if not isinstance(fields, dict):
+        raise CheckpointError(f"{file} must hold a JSON object of model settings")
+    return fields
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``folder/model.safetensors`` on the CPU, after checking them
+    against the SHA-256 its metadata records.
+
+    Raises:
+        CheckpointError: a missing, truncated or corrupt file, one without a recorded
+            SHA-256, or weights whose SHA-256 differs from the recorded one.
+    """
+    file = Path(folder) / WEIGHTS_FILE
+    try:
+        with safe_open(file, framework="pt") as f:
+            recorded = (f.metadata() or {}).get("sha256")
+            weights = {name: f.get_tensor(name) for name in f.keys()}
+    except (OSError, SafetensorError) as e:
+        raise CheckpointError(f"{file} is missing or corrupt ({str(e).splitlines()[0]})") from None
+    if recorded is None:
+        raise CheckpointError(f"{file} records no sha256 of its weights: not written by SHARNN.save_pretrained")
+    if weights_sha256(weights) != recorded:
+        raise CheckpointError(f"{file} fails its SHA-256 check: the weights were altered or corrupted")
+    return weights
+
+
+def apply_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str | Path) -> None:
+    """``model.load_state_dict(weights)`` (strict: every key, every shape), with a mismatch
+    reported as a :class:`CheckpointError` naming ``source``."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        detail = " ".join(str(e).split())[:300]
+        raise CheckpointError(f"{source} does not match its config: {detail}") from None
+
+
+def locate(model_id: str, **download) -> Path:
+    """The folder holding ``model.safetensors``: ``model_id`` itself when it is a local
+    folder (nothing touches the network), else the Hub cache's snapshot folder after
+    ``hf_hub_download`` (``download``: revision, cache_dir, token, ... as the mixin
+    passes them), where the mixin has put ``config.json`` already."""
+    if Path(model_id).is_dir():
+        return Path(model_id)
+    return Path(hf_hub_download(repo_id=model_id, filename=WEIGHTS_FILE, **download)).parent
+
+
+def model_card(card_data: ModelCardData, license: str | None = None, datasets: list[str] | None = None,
+               **fields) -> ModelCard:
+    """The model card: ``card_data`` (the mixin's metadata: library, tags) with
+    ``license`` and ``datasets`` added, over the template ``sharnn/model_card.md``
+    filled with ``fields`` (see the template for the names it reads)."""
+    metadata = ModelCardData(**{**card_data.to_dict(), "license": license, "datasets": datasets})
+    template = resources.files("sharnn").joinpath("model_card.md").read_text(encoding="utf-8")
+    return ModelCard.from_template(metadata, template_str=template, **fields)
