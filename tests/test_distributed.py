@@ -100,6 +100,20 @@ def test_torchrun_with_one_process_is_a_plain_run(tmp_path, corpus_file):
     assert runs[0]["command"].startswith(f"torchrun --nproc_per_node=1 -m sharnn train --preset tiny --out {launched}")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_torchrun_with_one_process_on_cuda_matches_a_plain_run(tmp_path, corpus_file):
+    """On a GPU (NCCL): one process under torchrun against a plain run, in fp32 on the
+    eager path; GPU kernels need not be bitwise repeatable, so to fp32 tolerance."""
+    recipe = [*SMALL, "log_every_steps=1", "device=cuda", "precision=fp32", "fast_path=off", "compile=false"]
+    plain, launched = tmp_path / "plain", tmp_path / "torchrun"
+    assert_ok(cli(*train_args(corpus_file, plain, recipe)))
+    assert_finished(run_torchrun(1, *train_args(corpus_file, launched, recipe)))
+    for (split, step, a), (_, _, b) in zip(scores(plain), scores(launched), strict=True):
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-5), (split, step)
+    for name, tensor in weights(plain / "latest").items():
+        torch.testing.assert_close(weights(launched / "latest")[name], tensor, msg=name)
+
+
 def _process_tree(pid: int) -> list[int]:
     """``pid`` and its descendants (torchrun starts each worker in a session of its own,
     so killing torchrun's process group would leave them running)."""
