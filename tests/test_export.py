@@ -330,3 +330,22 @@ def test_a_plain_save_pretrained_folder_works_with_eval_generate_and_info(tmp_pa
     assert re.search(r"^model:\n  vocab_size: 256\n  d_model: 32$", result.stdout, re.M)
     assert "data:" not in result.stdout and "trainable" in result.stdout
     assert result.stdout.splitlines()[-1] == f"{plain}: no training record (saved with save_pretrained)"
+
+
+def test_a_name_that_is_neither_a_folder_nor_on_the_hub_is_refused_with_one_line(tmp_path):
+    """A mistyped folder is taken for a repo id by the Hub library; in offline mode here,
+    its errors come out as one CheckpointError line."""
+    for name in (str(tmp_path / "missing"), "user/no-such-model"):
+        with pytest.raises(CheckpointError, match="is not a folder, and the Hugging Face Hub does not give it") as caught:
+            SHARNN.from_pretrained(name)
+        assert "\n" not in str(caught.value)
+
+
+def test_saving_again_into_a_folder_writes_the_new_models_card(tmp_path):
+    model = _model()
+    model.save_pretrained(tmp_path)
+    assert "as trained: each head's value-gate network" in (tmp_path / "README.md").read_text()
+    model.collapse()
+    model.save_pretrained(tmp_path)
+    assert "collapsed: each head's value-gate network folded" in (tmp_path / "README.md").read_text()
+    assert json.loads((tmp_path / "config.json").read_text())["collapsed"] is True

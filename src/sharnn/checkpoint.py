@@ -15,8 +15,9 @@ A checkpoint is a folder in which nothing runs code when loaded::
     optimizer    MinTrustLAMB.state_dict(): moments of every parameter
     scaler       GradScaler.state_dict() (disabled unless fp16)
     jitter_rng   JSON of the NumPy bit-generator state that draws window lengths
-    torch_rng    torch.get_rng_state(): dropout masks
-    cuda_rng     torch.cuda.get_rng_state(), CUDA runs only
+    torch_rng    torch.get_rng_state() of every process, one row each ([N, 5056]; an
+                 older single-process checkpoint has one 1-D state): dropout masks
+    cuda_rng     torch.cuda.get_rng_state() of every process, CUDA runs only
     progress     JSON of sharnn.train.Progress: optimizer steps done, epoch, the next
                  window's row in the train streams, best valid BPC and its step,
                  training seconds, finished

@@ -51,9 +51,11 @@ class _Group(click.Group):
 
 
 def _echo_once(message: str) -> None:
-    """Print ``message`` on standard error, from the main process only under torchrun
-    (where every process meets the same error)."""
-    if os.environ.get("RANK", "0") == "0":
+    """Print ``message`` on standard error; under torchrun, from the first process of each
+    machine only (every process meets the same error)."""
+    from .distributed import first_on_its_machine
+
+    if first_on_its_machine():
         click.echo(message, err=True)
 
 
@@ -117,10 +119,13 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
     (`sharnn train --resume RUN max_steps=5000 lr=1e-3`).
 
     SIGTERM, as Ctrl-C, stops at the end of the step and saves `latest` (exit status 143,
-    130 for Ctrl-C): with SLURM, `#SBATCH --signal=TERM@120` leaves two minutes for it."""
+    130 for Ctrl-C): with SLURM, `#SBATCH --signal=TERM@120` leaves two minutes for it.
+
+    Under `torchrun --nproc_per_node=N -m sharnn train ...` it trains with N processes
+    (DistributedDataParallel; docs/training.md, "Several GPUs or processes")."""
     from .checkpoint import read_config
     from .config import load_config
-    from .distributed import Distributed
+    from .distributed import Distributed, is_main_process
     from .errors import ConfigError
     from .runtime import resolve_device
     from .train import resume_config
@@ -146,7 +151,7 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
             stamp = Distributed.from_environment(resolve_device(config.device).type).share(f"{datetime.now():%Y%m%d-%H%M%S}")
             out = Path("runs") / f"{Path(source).stem}-{stamp}"
         summary = run_training(config, out, quiet=quiet)
-    if os.environ.get("RANK", "0") != "0":
+    if not is_main_process():
         return
     click.echo(
         f"done: valid {summary['valid_bpc']:.4f} BPC (best, step {summary['best_step']}), "

@@ -9,32 +9,60 @@ the same window lengths on every rank (one jitter RNG, seeded alike) the N ranks
 the update one process takes on all ``B`` streams. Evaluation splits its streams among
 the ranks in the same way and adds up their totals.
 
-This module is the only one that talks to ``torch.distributed``: a :class:`Distributed`
-is the process group as training sees it, and one made outside torchrun
-(``Distributed()``) is a single process, for which every method is the identity.
+This module is the only one that talks to ``torch.distributed`` or reads torchrun's
+environment: a :class:`Distributed` is the process group as training sees it, and one
+made outside torchrun (``Distributed()``) is a single process, for which every method is
+the identity. Small decisions and checkpoints travel through a gloo group on the CPU
+(the process group itself under gloo; a second group beside NCCL), so that they never
+make the host wait for the GPU.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from .errors import ConfigError
+from .errors import ConfigError, RunError, SharnnError
 from .evaluate import EvalResult
 from .model import State
 
-TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+T = TypeVar("T")
 
 
 def launched_by_torchrun() -> bool:
     """Whether this process was started by ``torchrun`` (which sets RANK, WORLD_SIZE, ...)."""
     return all(name in os.environ for name in TORCHRUN_VARIABLES)
+
+
+def is_main_process() -> bool:
+    """Whether this is rank 0 (or a process outside torchrun): the one that reports."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def first_on_its_machine() -> bool:
+    """Whether this is the first process on its machine (local rank 0, or outside
+    torchrun): the one that prints errors there, which every process meets alike."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
+def launcher() -> list[str]:
+    """The command that starts ``sharnn`` as this process was started: ``["sharnn"]``, or
+    under torchrun ``torchrun --nproc_per_node=N [--nnodes=K] -m sharnn``."""
+    if not launched_by_torchrun():
+        return ["sharnn"]
+    per_machine, processes = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
+    machines = [f"--nnodes={processes // per_machine}"] if processes > per_machine else []
+    return ["torchrun", f"--nproc_per_node={per_machine}", *machines, "-m", "sharnn"]
 
 
 @dataclass(frozen=True)
@@ -58,16 +86,23 @@ class Distributed:
     def from_environment(cls, device_type: str) -> Distributed:
         """The process group torchrun describes in the environment, initialised (NCCL for
         ``device_type`` "cuda", gloo for "cpu") unless the program did that already; a
-        single process outside torchrun."""
+        single process outside torchrun.
+
+        Raises:
+            ConfigError: more processes on this machine than it has GPUs.
+        """
         if not launched_by_torchrun():
             return cls()
+        local_rank, per_machine = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
         if not dist.is_initialized():
-            backend = "nccl" if device_type == "cuda" else "gloo"
             if device_type == "cuda":
-                torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-            dist.init_process_group(backend)
+                if per_machine > torch.cuda.device_count():
+                    raise ConfigError(f"{per_machine} processes on this machine, which has {torch.cuda.device_count()} "
+                                      f"GPU(s): give torchrun --nproc_per_node={torch.cuda.device_count()} or fewer")
+                torch.cuda.set_device(local_rank)
+            dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
             atexit.register(dist.destroy_process_group)
-        return cls(dist.get_rank(), dist.get_world_size(), int(os.environ["LOCAL_RANK"]), active=True)
+        return cls(dist.get_rank(), dist.get_world_size(), local_rank, active=True)
 
     @property
     def is_main(self) -> bool:
@@ -115,8 +150,33 @@ class Distributed:
         if not self.active:
             return text
         box = [text]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=_control_group())
         return box[0]
+
+    def on_main(self, action: Callable[[], T]) -> T | None:
+        """Run ``action`` on the main process alone (what writes the run folder); its
+        result there, None elsewhere. An error it raises (a run folder that exists, a full
+        disk) is raised on every process, the others as :class:`RunError`, so that no
+        process is left waiting for one that has stopped.
+
+        Raises:
+            SharnnError, OSError: ``action``'s, on the main process; RunError elsewhere.
+        """
+        if not self.active:
+            return action()
+        result, error = None, None
+        if self.is_main:
+            try:
+                result = action()
+            except (SharnnError, OSError) as e:
+                error = e
+        box = [None if error is None else str(error)]
+        dist.broadcast_object_list(box, src=0, group=_control_group())
+        if error is not None:
+            raise error
+        if box[0] is not None:
+            raise RunError(f"the main process stopped: {box[0]}")
+        return result
 
     def mean(self, value: Tensor) -> Tensor:
         """The mean of a 0-dim tensor over the processes (the train loss), on the device,
@@ -132,17 +192,17 @@ class Distributed:
         that every process decides alike when to stop, validate or finish."""
         if not self.active:
             return stop, seconds
-        flags = torch.tensor([float(stop), seconds], dtype=torch.float64, device=self._device())
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        flags = torch.tensor([float(stop), seconds], dtype=torch.float64)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=_control_group())
         return bool(flags[0]), float(flags[1])
 
     def combine(self, result: EvalResult) -> EvalResult:
         """One score from each process's score of its block of streams: the total
         negative log-likelihood over the total number of predicted tokens."""
-        if not self.active:
+        if self.world_size == 1:
             return result
-        totals = torch.tensor([result.nats * result.tokens, result.tokens], dtype=torch.float64, device=self._device())
-        dist.all_reduce(totals)
+        totals = torch.tensor([result.nats * result.tokens, result.tokens], dtype=torch.float64)
+        dist.all_reduce(totals, group=_control_group())
         return EvalResult(nats=float(totals[0] / totals[1]), tokens=int(totals[1]))
 
     def gather_streams(self, state: State | None, n_layers: int) -> State | None:
@@ -158,7 +218,7 @@ class Distributed:
         """Every process's ``tensor`` (an RNG state), stacked in rank order ``[N, ...]``
         on the CPU of the main process; None on the others."""
         parts = self._gather(tensor)
-        return torch.stack([p.cpu() for p in parts]) if self.is_main else None
+        return torch.stack(parts) if self.is_main else None
 
     def own_streams(self, state: State | None, n_layers: int, streams: slice) -> State | None:
         """This process's streams of a state saved for all of them."""
@@ -167,13 +227,17 @@ class Distributed:
         return State.from_tensors({name: t[:, streams].contiguous() for name, t in state.tensors().items()}, n_layers)
 
     def _gather(self, tensor: Tensor) -> list[Tensor]:
+        """Every process's ``tensor``, on the CPU of the main process (None elsewhere)."""
         if not self.active:
             return [tensor]
-        tensor = tensor.to(self._device()).contiguous()
+        tensor = tensor.detach().cpu().contiguous()
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)] if self.is_main else None
-        dist.gather(tensor, parts, dst=0)
+        dist.gather(tensor, parts, dst=0, group=_control_group())
         return parts
 
-    def _device(self) -> torch.device:
-        """Where the backend's collectives take their tensors."""
-        return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+@functools.cache
+def _control_group():
+    """The gloo group on the CPU for decisions and checkpoints: the process group itself
+    under gloo, a second group beside NCCL (created once, by every process alike)."""
+    return dist.new_group(backend="gloo") if dist.get_backend() == "nccl" else None

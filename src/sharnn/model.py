@@ -44,6 +44,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from huggingface_hub import ModelCard, PyTorchModelHubMixin
+from huggingface_hub.errors import EntryNotFoundError, HFValidationError
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
@@ -603,8 +604,10 @@ class SHARNN(
 
     def _save_pretrained(self, save_directory: Path) -> None:
         """The mixin's hook: write ``config.json`` (this model's config, so a collapsed
-        model says so) and ``model.safetensors`` (with the weights' SHA-256)."""
+        model says so) and ``model.safetensors`` (with the weights' SHA-256). A model card
+        left by an earlier save is removed, so that the mixin writes this model's."""
         pretrained.write_files(Path(save_directory), dataclasses.asdict(self.config), self.state_dict())
+        (Path(save_directory) / "README.md").unlink(missing_ok=True)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs) -> SHARNN:
@@ -615,11 +618,18 @@ class SHARNN(
         Raises:
             CheckpointError: no ``config.json``, an invalid one, weights that fail their
                 SHA-256 check, a missing or corrupt ``model.safetensors``, or weights
-                that do not fit the config (a missing or extra tensor, a wrong shape).
+                that do not fit the config (a missing or extra tensor, a wrong shape); a
+                name that is neither a folder nor a model the Hub gives (not a valid repo
+                id, not found, no network).
         """
         if Path(pretrained_model_name_or_path).is_dir():  # the mixin would only warn without config.json
             pretrained.read_config_json(Path(pretrained_model_name_or_path))
-        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        except (HFValidationError, EntryNotFoundError, OSError) as e:
+            reason = " ".join(str(e).split())[:200]
+            raise CheckpointError(f"{pretrained_model_name_or_path} is not a folder, and the Hugging Face Hub does not "
+                                  f"give it ({type(e).__name__}: {reason})") from None
 
     @classmethod
     def _from_pretrained(cls, *, model_id: str, config: dict | None = None,

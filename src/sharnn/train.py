@@ -27,7 +27,6 @@ import codecs
 import dataclasses
 import json
 import math
-import os
 import shlex
 import signal
 import sys
@@ -46,7 +45,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .config import TrainConfig, load_config, to_yaml
 from .data import ByteTokenizer, batchify, get_batch, load_corpus, window_length
-from .distributed import Distributed
+from .distributed import Distributed, launcher
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import EvalResult, evaluate
 from .generate import generate
@@ -207,7 +206,7 @@ class TrainingState:
         torch_rng = trainer["torch_rng"].cpu()
         torch_rng = torch_rng.view(-1, torch_rng.shape[-1])  # one row per process (a 1-D state: one process)
         self.saved_processes = len(torch_rng)
-        if self.saved_processes != self.distributed.world_size:
+        if self.saved_processes != self.distributed.world_size:  # a seed of its own for this step and process
             torch.manual_seed(self.seed + 1_000_003 * self.progress.step + rank)
         else:  # a row of its own (clone): set_rng_state misreads a view into a larger tensor, and may crash
             torch.set_rng_state(torch_rng[rank].clone())
@@ -358,7 +357,7 @@ class Trainer:
         self.log_steps = self.log_tokens = 0
         self.log_start = time.perf_counter()
         self.clock_start = time.perf_counter() - self.state.progress.elapsed
-        self.display = ProgressDisplay("train", config.progress_every_seconds, enabled=not quiet, start=self.budget_used())
+        self.display = ProgressDisplay("train", config.progress_every_seconds, enabled=not self.quiet, start=self.budget_used())
 
     def _check_resume_config(self) -> dict[str, list]:
         """The settings this resume changes; refuses any that would change what the
@@ -377,20 +376,9 @@ class Trainer:
         """A new run, or (``restart``) a run folder that has no checkpoint yet, from step 0.
         The main process alone creates the run folder."""
         source = self._load_init_weights() if self.config.init_from else None
-        if not self.distributed.is_main:
-            self.metrics = _NoMetrics()
-            return
         if restart:
             self.say(f"{self.run_dir} has no checkpoint yet: starting it again from step 0")
-        elif self.run_dir.exists():
-            raise RunError(f"run folder {self.run_dir} already exists; resume it with --resume or choose another --out")
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=restart)
-            _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
-        except OSError as e:
-            raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
-        self.metrics = MetricsLog(self.run_dir, resume_step=0 if restart else None)
-        self._log_start()
+        self.metrics = self.distributed.on_main(lambda: self._create_run_folder(restart)) or _NoMetrics()
         model = self.state.model
         self.say(f"model: {model.num_parameters() / 1e6:.2f}M parameters "
                  f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {self.runtime.describe()}"
@@ -398,10 +386,36 @@ class Trainer:
         if source is not None:
             self.say(f"weights from {source}; a new optimizer and schedule")
 
-    def _log_start(self) -> None:
+    def _create_run_folder(self, restart: bool) -> MetricsLog:
+        """Create the run folder (with ``restart``, one that exists without a checkpoint),
+        its ``config.yaml`` and its metrics, opened with this start's ``run`` record."""
+        if not restart and self.run_dir.exists():
+            raise RunError(f"run folder {self.run_dir} already exists; resume it with --resume or choose another --out")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=restart)
+            _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
+        except OSError as e:
+            raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
+        metrics = MetricsLog(self.run_dir, resume_step=0 if restart else None)
+        metrics.log(self._run_record())
+        return metrics
+
+    def _reopen_run_folder(self, changes: dict[str, list]) -> MetricsLog:
+        """A resumed run's folder: ``best`` repaired, the metrics opened at the checkpoint's
+        step with this resume's ``run`` record, the changed settings recorded."""
+        progress = self.state.progress
+        self.checkpoints.repair_best(progress.best_step)
+        metrics = MetricsLog(self.run_dir, resume_step=progress.step)
+        metrics.log(self._run_record())
+        if changes:
+            metrics.log({"split": "config", "step": progress.step, "epoch": round(self.epochs_done(), 4), "changes": changes})
+            _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
+        return metrics
+
+    def _run_record(self) -> dict:
         """The ``run`` record of this start or resume: the command line and the processes."""
-        self.metrics.log({"split": "run", "step": self.state.progress.step, "command": command_line(),
-                          "processes": self.distributed.world_size})
+        return {"split": "run", "step": self.state.progress.step, "command": command_line(),
+                "processes": self.distributed.world_size}
 
     def _load_init_weights(self) -> Path:
         """Load the weights of ``init_from`` (its checkpoint folder, returned), whose model
@@ -430,19 +444,12 @@ class Trainer:
             self.say(f"{self.run_dir} has finished (step {progress.step}, epoch {self.epochs_done():.2f}); "
                      f"to train on, resume it with a larger max_steps, epochs or max_seconds")
             return
-        if not self.distributed.is_main:
-            self.metrics = _NoMetrics()
-            return
-        self.checkpoints.repair_best(progress.best_step)
-        self.metrics = MetricsLog(self.run_dir, resume_step=progress.step)
-        self._log_start()
+        self.metrics = self.distributed.on_main(lambda: self._reopen_run_folder(changes)) or _NoMetrics()
         self.say(f"resuming {self.run_dir} at step {progress.step} (epoch {self.epochs_done():.2f})")
         if self.state.saved_processes != self.distributed.world_size:
             self.say(f"the checkpoint was saved by {self.state.saved_processes} process(es), this run has "
                      f"{self.distributed.world_size}: the streams are shared out again, and dropout draws fresh masks")
         if changes:
-            self.metrics.log({"split": "config", "step": progress.step, "epoch": round(self.epochs_done(), 4), "changes": changes})
-            _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
             self.say("changed: " + ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changes.items()))
 
     def say(self, message: str) -> None:
@@ -554,9 +561,9 @@ class Trainer:
             improved = result.bpc < progress.best_valid_bpc
             if improved:
                 progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
-            self.metrics.log({"split": "valid", "step": progress.step, "epoch": round(self.epochs_done(), 4),
-                              "seconds": round(progress.elapsed, 2), "bpc": result.bpc, "nats": result.nats})
-            self.metrics.plot()
+            self.distributed.on_main(lambda: self._record(
+                {"split": "valid", "step": progress.step, "epoch": round(self.epochs_done(), 4),
+                 "seconds": round(progress.elapsed, 2), "bpc": result.bpc, "nats": result.nats}))
             self.say(f"step {progress.step} (epoch {self.epochs_done():.2f}): valid {result.bpc:.4f} BPC"
                      + (" (best)" if improved else ""))
         return result.bpc
@@ -573,8 +580,12 @@ class Trainer:
                 info["valid_bpc"] = repr(valid_bpc)
             best = valid_bpc is not None and progress.best_step == progress.step
             state = self.state.state_dict()  # every process takes part; the main one writes it
-            if self.distributed.is_main:
-                self.checkpoints.save(progress.step, self.config, state, best=best, info=info)
+            self.distributed.on_main(lambda: self.checkpoints.save(progress.step, self.config, state, best=best, info=info))
+
+    def _record(self, record: dict) -> None:
+        """Log a validation or test record and redraw the plot."""
+        self.metrics.log(record)
+        self.metrics.plot()
 
     def _evaluate(self, split: str, streams: int) -> EvalResult:
         """Score a split with the paper's protocol, showing its progress."""
@@ -605,9 +616,6 @@ class Trainer:
         config, progress, model = self.config, self.state.progress, self.state.model
         checkpoint.load_weights(model, self.checkpoints.best, self.runtime.device)
         test = self._evaluate("test", config.test_streams)
-        self.metrics.log({"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
-                          "bpc": test.bpc, "nats": test.nats})
-        self.metrics.plot()
         summary = {
             "run_dir": str(self.run_dir),
             "valid_bpc": progress.best_valid_bpc,
@@ -620,8 +628,10 @@ class Trainer:
             "parameters": model.num_parameters(),
             "parameters_collapsed": model.num_parameters(collapsed=True),
         }
-        if self.distributed.is_main:
-            _write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
+                  "bpc": test.bpc, "nats": test.nats}
+        self.distributed.on_main(lambda: (self._record(record),
+                                          _write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")))
         self.metrics.close()
         if config.sample_bytes and not self.quiet:
             self._print_sample()
@@ -707,21 +717,12 @@ def command_line() -> str:
     program and its arguments."""
     if Path(sys.argv[0]).name not in ("sharnn", "__main__.py"):
         return shlex.join(["python", *sys.argv])
-    return shlex.join([*_launcher(), *sys.argv[1:]])
+    return shlex.join([*launcher(), *sys.argv[1:]])
 
 
 def resume_command(run_dir: Path) -> str:
     """The command that resumes ``run_dir`` with this run's processes."""
-    return shlex.join([*_launcher(), "train", "--resume", str(run_dir)])
-
-
-def _launcher() -> list[str]:
-    """``sharnn``, or under torchrun ``torchrun --nproc_per_node=N [--nnodes=K] -m sharnn``."""
-    if "LOCAL_WORLD_SIZE" not in os.environ:  # set by torchrun
-        return ["sharnn"]
-    per_node, processes = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
-    nodes = [f"--nnodes={processes // per_node}"] if processes > per_node else []
-    return ["torchrun", f"--nproc_per_node={per_node}", *nodes, "-m", "sharnn"]
+    return shlex.join([*launcher(), "train", "--resume", str(run_dir)])
 
 
 def read_summary(run_dir: str | Path) -> dict | None:
