@@ -93,7 +93,8 @@ def training_record(folder: Path, model: SHARNN, records: list[dict], summary: d
     - ``step``, ``epochs``: the optimizer steps and epochs done at the checkpoint;
     - ``valid_bpc``: its valid BPC, when it was validated at its step (the best checkpoint is);
     - ``test_bpc``: the run's test BPC, when this is the checkpoint the run tested;
-    - ``train_seconds``: training seconds up to its step (wall clock, validations included);
+    - ``train_seconds``: training seconds up to its step (wall clock, validations included;
+      for the run's last checkpoint, the summary's, which counts its last validation and save);
     - ``command``, ``resumes``: the command that started the run and those that resumed
       it before this step (the ``run`` records of metrics.jsonl);
     - ``parameters``, ``parameters_collapsed``: trainable and collapsed parameter counts.
@@ -111,6 +112,8 @@ def training_record(folder: Path, model: SHARNN, records: list[dict], summary: d
     if summary and summary.get("best_step") == step:
         record["test_bpc"] = summary["test_bpc"]
     seconds = [r["seconds"] for r in records if "seconds" in r and r["step"] <= step]
+    if summary and summary.get("steps") == step:  # the run's last checkpoint: its time, as `sharnn train` said it
+        seconds.append(summary["train_seconds"])
     if seconds:
         record["train_seconds"] = seconds[-1]
     commands = [r["command"] for r in records if r["split"] == "run" and r["step"] < step]
