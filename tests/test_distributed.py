@@ -163,6 +163,30 @@ def test_a_two_process_run_killed_with_kill_9_resumes_exactly(tmp_path, corpus_f
     assert [r["step"] for r in resumes] == [0, stopped_at] and all(r["processes"] == 2 for r in resumes)
 
 
+def test_sigterm_to_torchrun_stops_every_process_at_one_step_and_saves_it(tmp_path, corpus_file):
+    """SIGTERM to torchrun, which passes it on to its workers (a scheduler's preemption):
+    they agree on one step, save it as ``latest`` and print the torchrun command that
+    resumes the run, once."""
+    run_dir = tmp_path / "run"
+    process = torchrun(2, *train_args(corpus_file, run_dir, [*RESUMABLE, "max_steps=100000", "checkpoint_every_steps=100000"]))
+    try:
+        assert wait_for(lambda: any(r["split"] == "train" for r in metrics(run_dir)) if (run_dir / "metrics.jsonl").exists()
+                        else False, process)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    stops = [line for line in stderr.splitlines() if line.startswith("interrupted")]
+    assert len(stops) == 1, stderr
+    step = int(stops[0].split("at step ")[1].split(";")[0])
+    assert stops[0] == (f"interrupted by SIGTERM at step {step}; continue with: "
+                        f"torchrun --nproc_per_node=2 -m sharnn train --resume {run_dir}")
+    assert (run_dir / "latest").resolve().name == f"step-{step:08d}"
+    assert load_file(run_dir / "latest" / "state.safetensors")["lstm.0.h"].shape[1] == 4  # both processes' streams
+
+
 def _state(pid: int) -> str:
     """A process's state letter (Z: a zombie, already dead), or "Z" if it is gone."""
     try:
