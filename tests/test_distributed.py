@@ -242,7 +242,7 @@ def test_one_process_outside_torchrun_is_the_identity():
     assert single.combine(EvalResult(nats=1.5, tokens=10)) == EvalResult(nats=1.5, tokens=10)
     assert single.gather_streams(state, 1) is state and single.block(4, "train_streams") == slice(0, 4)
     assert single.gather_rows(torch.arange(3)).tolist() == [[0, 1, 2]]
-    assert single.device("auto") == "auto" and single.share("name") == "name"
+    assert single.device(torch.device("cpu")) == "cpu" and single.share("name") == "name"
 
 
 def test_streams_are_divided_in_contiguous_blocks(monkeypatch):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import os
 import sys
 import time
 from datetime import datetime
@@ -355,20 +354,13 @@ def _read_input(source: Path) -> bytes:
 def _write_output(dest: Path, data: bytes) -> None:
     """Write ``data`` to standard output (``-``), or to a temporary file beside ``dest``
     that is renamed over it once complete: never a half-written ``dest``."""
+    from .files import write_atomically
+
     if str(dest) == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
-        return
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    else:
+        write_atomically(dest, data)
 
 
 def _runtime(device: str, precision: str, fast_path: str):

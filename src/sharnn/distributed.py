@@ -108,18 +108,18 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def device(self, name: str) -> str:
-        """The device this process trains on: ``cuda:LOCAL_RANK`` when the run asks for
-        CUDA (``auto`` or ``cuda``) under torchrun, else ``name``.
+    def device(self, device: torch.device) -> str:
+        """The device this process trains on, from the run's resolved ``device``:
+        ``cuda:LOCAL_RANK`` for CUDA under torchrun, else ``device`` itself.
 
         Raises:
             ConfigError: a CUDA device with an index under torchrun (each process takes
                 the GPU of its local rank).
         """
-        if not self.active or name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
-            return name
-        if name not in ("auto", "cuda"):
-            raise ConfigError(f"device={name}: under torchrun each process uses the GPU of its local rank; "
+        if not self.active or device.type != "cuda":
+            return str(device)
+        if device.index is not None:
+            raise ConfigError(f"device={device}: under torchrun each process uses the GPU of its local rank; "
                               f"give device=cuda (or auto)")
         return f"cuda:{self.local_rank}"
 

@@ -20,9 +20,12 @@ or the number of torchrun processes); it is neither plotted nor sent to TensorBo
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
+
+from .files import write_atomically
 
 UNIFORM_BPC = math.log2(256)  # 8 bits: the cost of guessing bytes uniformly
 WARMUP_FRACTION = 0.1  # train points in this first part of the steps may lie above the plot
@@ -83,10 +86,10 @@ def plot_bpc(records: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig = _figure(records, title)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
     plt.close(fig)
-    tmp.replace(path)
+    write_atomically(path, image.getvalue())
 
 
 def read_records(folder: str | Path) -> list[dict]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -26,6 +25,7 @@ from huggingface_hub import ModelCard, ModelCardData, hf_hub_download
 from safetensors import SafetensorError, safe_open
 
 from .errors import CheckpointError
+from .files import write_atomically
 
 CONFIG_JSON, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -48,20 +48,14 @@ def weights_sha256(weights: Mapping[str, torch.Tensor]) -> str:
 
 def write_files(folder: Path, config: dict, weights: Mapping[str, torch.Tensor]) -> None:
     """Write ``config.json`` and ``model.safetensors`` (with ``format: pt`` and the
-    weights' SHA-256 in its metadata) into ``folder``, each staged as ``.NAME.tmp`` and
-    renamed. Raises ``OSError`` when the file system refuses."""
+    weights' SHA-256 in its metadata) into ``folder``, each atomically. Raises ``OSError``
+    when the file system refuses."""
     tensors = {name: t.detach().contiguous().cpu() for name, t in weights.items()}
     metadata = {"format": "pt", "sha256": weights_sha256(tensors)}
     files = {CONFIG_JSON: (json.dumps(config, sort_keys=True, indent=2) + "\n").encode(),
              WEIGHTS_FILE: safetensors.torch.save(tensors, metadata=metadata)}
     for name, data in files.items():
-        tmp = folder / f".{name}.tmp"
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, folder / name)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_atomically(folder / name, data)
 
 
 def read_config_json(folder: Path) -> dict:

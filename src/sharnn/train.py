@@ -48,6 +48,7 @@ from .data import ByteTokenizer, batchify, get_batch, load_corpus, window_length
 from .distributed import Distributed, launcher
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import EvalResult, evaluate
+from .files import write_atomically
 from .generate import generate
 from .metrics import MetricsLog
 from .model import SHARNN, State
@@ -330,7 +331,8 @@ class Trainer:
     trained weights) and the named steps :func:`train` calls, around a :class:`TrainingState`."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False):
-        self.distributed = Distributed.from_environment(resolve_device(config.device).type)
+        device = resolve_device(config.device)
+        self.distributed = Distributed.from_environment(device.type)
         for name in ("train_streams", "valid_streams", "test_streams"):
             self.distributed.block(getattr(config, name), name)  # refuses streams the processes cannot share
         self.config, self.run_dir = config, Path(run_dir)
@@ -338,7 +340,7 @@ class Trainer:
         self.summary = None
         self.checkpoints = checkpoint.RunCheckpoints(self.run_dir)
         changes = self._check_resume_config() if resume else {}
-        self.runtime = Runtime.for_training(config, self.distributed.device(config.device))
+        self.runtime = Runtime.for_training(config, self.distributed.device(device))
         self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
         check_corpus(config, self.corpus)
         self.state = TrainingState(config, self.runtime, self.distributed)
@@ -393,7 +395,7 @@ class Trainer:
             raise RunError(f"run folder {self.run_dir} already exists; resume it with --resume or choose another --out")
         try:
             self.run_dir.mkdir(parents=True, exist_ok=restart)
-            _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
+            write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
         except OSError as e:
             raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
         metrics = MetricsLog(self.run_dir, resume_step=0 if restart else None)
@@ -409,7 +411,7 @@ class Trainer:
         metrics.log(self._run_record())
         if changes:
             metrics.log({"split": "config", "step": progress.step, "epoch": round(self.epochs_done(), 4), "changes": changes})
-            _write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
+            write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
         return metrics
 
     def _run_record(self) -> dict:
@@ -630,8 +632,12 @@ class Trainer:
         }
         record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
                   "bpc": test.bpc, "nats": test.nats}
-        self.distributed.on_main(lambda: (self._record(record),
-                                          _write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")))
+
+        def write_results() -> None:
+            self._record(record)
+            write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+        self.distributed.on_main(write_results)
         self.metrics.close()
         if config.sample_bytes and not self.quiet:
             self._print_sample()
@@ -731,12 +737,6 @@ def read_summary(run_dir: str | Path) -> dict | None:
         return json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 class _NoMetrics:
