@@ -37,7 +37,8 @@ from helpers import (  # noqa: E402
 
 from sharnn.checkpoint import load_model  # noqa: E402
 from sharnn.config import load_config, preset_names  # noqa: E402
-from sharnn.data import ByteTokenizer, load_corpus, read_bytes  # noqa: E402
+from sharnn.data import load_corpus, read_bytes
+from sharnn.tokenizer import ByteTokenizer  # noqa: E402
 from sharnn.evaluate import evaluate  # noqa: E402
 from sharnn.generate import generate  # noqa: E402
 from sharnn.progress import ProgressDisplay  # noqa: E402

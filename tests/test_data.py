@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from sharnn.data import (
-    ByteTokenizer, batchify, bptt_windows, get_batch, jittered_bptt, load_corpus,
-    prepare_corpus, prepare_enwik8,
+    batchify, bptt_windows, get_batch, jittered_bptt, load_corpus, prepare_corpus, prepare_enwik8,
 )
+from sharnn.tokenizer import ByteTokenizer
 from sharnn.errors import DataError
 
 ENWIK8_HEAD_BYTES = 4_154_064

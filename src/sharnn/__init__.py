@@ -9,21 +9,22 @@ Python API::
     model.save_pretrained("my-model")        # config.json, model.safetensors (with its SHA-256), README.md
     model = SHARNN.from_pretrained("my-model")   # a folder or a Hugging Face Hub repo id
 
-``docs/`` in the repository explains the model, the optimizer, the data and the
-evaluation protocol.
+``docs/`` in the repository explains the model, the optimizer, the data, the
+evaluation protocol and tokenizations (words, wordpieces, bytes).
 """
 
 from .config import TrainConfig, load_config
-from .data import ByteTokenizer, Corpus, load_corpus
+from .data import Corpus, load_corpus
 from .evaluate import EvalResult, evaluate
 from .generate import generate
 from .model import SHARNN, SHARNNConfig, State
 from .optim import MinTrustLAMB
 from .runtime import Runtime
+from .tokenizer import ByteTokenizer, load_tokenizer
 from .train import TrainingState
 
 __all__ = [
     "SHARNN", "SHARNNConfig", "State", "MinTrustLAMB", "TrainConfig", "load_config", "Runtime", "TrainingState",
-    "ByteTokenizer", "Corpus", "load_corpus", "EvalResult", "evaluate", "generate",
+    "ByteTokenizer", "load_tokenizer", "Corpus", "load_corpus", "EvalResult", "evaluate", "generate",
 ]
 __version__ = "0.2.0"

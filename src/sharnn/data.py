@@ -1,10 +1,13 @@
-"""Byte-level data: tokenizer, corpora, enwik8 preparation, batchify and BPTT windows.
+"""Data: corpora, enwik8 and WikiText-2 preparation, batchify and BPTT windows.
 
-A corpus is three uint8 arrays (train, valid, test) of raw bytes; token id = byte value,
-vocabulary 256. Prepared corpora live in a folder with ``train.bin``, ``valid.bin``,
-``test.bin`` and ``meta.json`` and are memory-mapped, never read into Python objects.
-Batches are time-major: a split of ``N`` bytes becomes ``[N // B, B]``, column ``b``
-being the contiguous bytes ``b * N // B ...`` (``B`` streams; docs/data.md).
+A corpus is three arrays (train, valid, test) of token ids and the tokenizer that made
+them (:mod:`sharnn.tokenizer`): raw bytes (uint8, token id = byte value) unless it was
+prepared with ``words`` or ``bpe:N``. Prepared corpora live in a folder with
+``train.bin``, ``valid.bin``, ``test.bin`` (ids in the smallest unsigned dtype that holds
+the vocabulary), ``meta.json`` and, for words and bpe, ``tokenizer.json``; they are
+memory-mapped, never read into Python objects. Batches are time-major: a split of ``N``
+tokens becomes ``[N // B, B]``, column ``b`` being the contiguous tokens ``b * N // B ...``
+(``B`` streams; docs/data.md).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import urllib.request
 import zipfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -27,39 +30,35 @@ import torch
 from torch import Tensor
 
 from .errors import DataError
+from .tokenizer import ByteTokenizer, Tokenizer, check_round_trip, load_tokenizer, make_tokenizer, save_tokenizer
 
 ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
 ENWIK8_SIZE = 100_000_000
 ENWIK8_MD5 = "a1fa5ffddb56f4953e226637dabbb36a"
 BUNDLED_CORPORA = {"enwik8-head": "enwik8-head.gz"}
 SPLITS = ("train", "valid", "test")
-
-
-class ByteTokenizer:
-    """Bytes <-> token ids, vocabulary 256. Exactly invertible; decoding invalid UTF-8
-    gives U+FFFD replacement characters instead of raising."""
-
-    vocab_size = 256
-
-    def encode(self, text: str | bytes) -> Tensor:
-        """``str`` (UTF-8 encoded) or ``bytes`` -> int64 ids ``[N]``."""
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-        return torch.tensor(list(data), dtype=torch.long)
-
-    def decode(self, ids: Tensor | list[int]) -> str:
-        """Token ids ``[N]`` -> text, with replacement characters for invalid UTF-8."""
-        values = ids.tolist() if isinstance(ids, Tensor) else ids
-        return bytes(values).decode("utf-8", errors="replace")
+# WikiText-2 v1 (tokenized; Merity et al. 2016): each split's words + one <eos> per line,
+# and the SHA-256 of its text (wiki.SPLIT.tokens in wikitext-2-v1.zip).
+WIKITEXT2 = {
+    "train": (2_088_628, "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f"),
+    "valid": (217_646, "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
+    "test": (245_569, "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
+}
+WIKITEXT2_TYPES = 33_278  # the train split's words with <eos>; valid and test have no others
 
 
 @dataclass
 class Corpus:
-    """The three splits of a byte corpus, each a 1-D uint8 array (possibly memory-mapped)."""
+    """The three splits of a corpus, each a 1-D array of token ids (possibly
+    memory-mapped), and the tokenizer that made them. ``words``: each split's number of
+    words with one ``<eos>`` per line, for corpora that count them (WikiText-2), else None."""
 
     train: np.ndarray
     valid: np.ndarray
     test: np.ndarray
     source: str
+    tokenizer: Tokenizer = field(default_factory=ByteTokenizer)
+    words: dict[str, int] | None = None
 
     def split(self, name: str) -> np.ndarray:
         if name not in SPLITS:
@@ -94,13 +93,7 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
         return Corpus(*split_by_position(data, valid_fraction, test_fraction), source=spec)
     path = Path(spec)
     if (path / "meta.json").is_file():
-        splits = []
-        for name in SPLITS:
-            file = path / f"{name}.bin"
-            if not file.is_file():
-                raise DataError(f"prepared corpus {path} is missing {file.name}; prepare it again")
-            splits.append(np.memmap(file, dtype=np.uint8, mode="c") if file.stat().st_size else np.zeros(0, np.uint8))
-        return Corpus(*splits, source=str(path))
+        return _load_prepared(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
         if not files:
@@ -117,6 +110,32 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
     if len(data) == 0:
         raise DataError(f"corpus {spec} is empty")
     return Corpus(*split_by_position(data, valid_fraction, test_fraction), source=str(path))
+
+
+def _load_prepared(path: Path) -> Corpus:
+    """A folder made by ``sharnn prepare``: its splits memory-mapped in the dtype and with
+    the tokenizer its ``meta.json`` names (uint8 bytes for folders that name none)."""
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        dtype = np.dtype(meta.get("dtype", "uint8"))
+    except (OSError, ValueError, TypeError) as e:
+        raise DataError(f"prepared corpus {path}: unreadable meta.json ({e}); prepare it again") from None
+    tokenizer = load_tokenizer(path)
+    if tokenizer.name != meta.get("tokenizer", "bytes"):
+        raise DataError(f"prepared corpus {path}: meta.json names the {meta.get('tokenizer')} tokenizer but "
+                        f"tokenizer.json holds {tokenizer.name}; prepare it again")
+    splits = []
+    for name in SPLITS:
+        file = path / f"{name}.bin"
+        if not file.is_file():
+            raise DataError(f"prepared corpus {path} is missing {file.name}; prepare it again")
+        size, expected = file.stat().st_size, meta.get(f"{name}_tokens", meta.get(f"{name}_bytes"))
+        if size % dtype.itemsize or (expected is not None and size // dtype.itemsize != expected):
+            raise DataError(f"prepared corpus {path}: {file.name} has {size:,} bytes, not the {expected:,} "
+                            f"{dtype} tokens meta.json records; prepare it again")
+        splits.append(np.memmap(file, dtype=dtype, mode="c") if size else np.zeros(0, dtype))
+    words = {name: meta[f"{name}_words"] for name in SPLITS} if "train_words" in meta else None
+    return Corpus(*splits, source=str(path), tokenizer=tokenizer, words=words)
 
 
 def read_bytes(path: str | Path) -> np.ndarray:
@@ -175,21 +194,38 @@ def prepare_enwik8(
             raise DataError(f"{source}: MD5 {md5} does not match enwik8's {expected_md5} (corrupted file)")
         data = np.memmap(raw, dtype=np.uint8, mode="r")
         meta = {"source": str(source), "name": "enwik8", "size": size, "md5": md5}
-        _write_splits(out, tmp / "splits", split_by_position(data, 0.05, 0.05), meta)
+        (tmp / "splits").mkdir()
+        _write_splits(out, tmp / "splits", split_by_position(data, 0.05, 0.05), ByteTokenizer(), meta)
         del data
     return out
 
 
-def prepare_corpus(source: str | Path, out: str | Path, valid_fraction: float = 0.05, test_fraction: float = 0.05) -> Path:
-    """Turn any file or folder of files into a prepared, memory-mappable corpus folder.
+def prepare_corpus(
+    source: str | Path,
+    out: str | Path,
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    tokenizer: str = "bytes",
+) -> Path:
+    """Turn any file or folder of files into a prepared, memory-mappable corpus folder:
+    its bytes split by position, then tokenized with ``tokenizer`` (``bytes`` or
+    ``bpe:N``, trained on the train split; docs/tokenization.md). For bpe each cut is moved
+    forward to the next character boundary of the UTF-8 text.
 
     Raises:
         DataError: the source does not exist, or is too small for every split to get the
-            2 bytes it needs (one prediction); ``out`` already exists. Nothing is created then.
+            2 tokens it needs (one prediction); an unknown tokenizer, text it cannot
+            represent exactly (checked by decoding every split); ``out`` already exists.
+            Nothing is created then.
     """
     out = Path(out)
     _check_new_folder(out)
     corpus = load_corpus(str(source), valid_fraction, test_fraction)
+    texts = [bytes(corpus.split(name)) for name in SPLITS] if tokenizer != "bytes" else None
+    if texts is not None:  # move each cut off a UTF-8 continuation byte
+        data = b"".join(texts)
+        cuts = [_character_start(data, len(texts[0])), _character_start(data, len(texts[0]) + len(texts[1]))]
+        texts = [data[: cuts[0]], data[cuts[0] : cuts[1]], data[cuts[1] :]]
     sizes = {name: len(corpus.split(name)) for name in SPLITS}
     small = [f"{name} would get {size}" for name, size in sizes.items() if size < 2]
     if small:
@@ -198,11 +234,113 @@ def prepare_corpus(source: str | Path, out: str | Path, valid_fraction: float = 
             f"{source} is too small to split ({sum(sizes.values()):,} bytes): {', '.join(small)} "
             f"(each split needs at least 2 bytes); use a larger source or {fractions} --valid-fraction/--test-fraction"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        meta = {"source": str(source), "name": Path(source).name, "valid_fraction": valid_fraction, "test_fraction": test_fraction}
-        _write_splits(out, Path(tmp) / "splits", (corpus.train, corpus.valid, corpus.test), meta)
+    meta = {"source": str(source), "name": Path(source).name, "valid_fraction": valid_fraction, "test_fraction": test_fraction}
+    if texts is None:
+        splits, made = (corpus.train, corpus.valid, corpus.test), ByteTokenizer()
+    else:
+        made = make_tokenizer(tokenizer, texts[0])
+        splits = tokenize_splits(made, dict(zip(SPLITS, texts)), str(source))
+    _write_prepared(out, splits, made, meta)
     return out
+
+
+def tokenize_splits(tokenizer: Tokenizer, texts: dict[str, bytes], source: str) -> list[np.ndarray]:
+    """Each split's token ids, after checking that they decode to exactly its text.
+    Raises :class:`DataError` naming the split that the tokenizer cannot represent."""
+    splits = []
+    for name in SPLITS:
+        try:
+            ids = tokenizer.ids(texts[name])
+        except DataError as e:
+            raise DataError(f"{source}, {name} split: {e}") from None
+        check_round_trip(tokenizer, texts[name], ids, f"{source}, {name} split")
+        if len(ids) < 2:
+            raise DataError(f"{source}, {name} split: {len(ids)} tokens, fewer than the 2 a prediction needs")
+        splits.append(ids)
+    return splits
+
+
+def _character_start(data: bytes, i: int) -> int:
+    """The first position at or after ``i`` that does not hold a UTF-8 continuation byte."""
+    while i < len(data) and 0x80 <= data[i] < 0xC0:
+        i += 1
+    return i
+
+
+def prepare_wikitext2(source: str | Path, out: str | Path, tokenizer: str = "words") -> Path:
+    """Check and tokenize WikiText-2 (v1, tokenized) into a prepared corpus folder
+    (docs/tokenization.md).
+
+    Args:
+        source: the official ``wikitext-2-v1.zip``, or a folder holding the three splits
+            as ``wiki.SPLIT.tokens`` or ``SPLIT.txt`` (either may end in ``.gz``).
+        out: the folder to create; it must not exist yet.
+        tokenizer: ``bytes``, ``words`` or ``bpe:N`` (trained on the train split).
+
+    Returns:
+        ``out``, with the splits, ``tokenizer.json`` (words, bpe) and ``meta.json``,
+        which records each split's tokens, bytes and words (+ ``<eos>``).
+
+    Raises:
+        DataError: a missing split; one whose word count or SHA-256 is not WikiText-2's
+            (truncated or altered); a vocabulary other than its 33,278 types; a
+            tokenization that does not decode to exactly the text; ``out`` exists.
+            Nothing is created then.
+    """
+    out = Path(out)
+    _check_new_folder(out)
+    texts = _read_wikitext2(Path(source))
+    words = {name: _check_wikitext2(name, text, source) for name, text in texts.items()}
+    vocabulary = make_tokenizer("words", texts["train"])
+    if vocabulary.vocab_size != WIKITEXT2_TYPES:
+        raise DataError(f"{source}: the train split has {vocabulary.vocab_size:,} types with <eos>, not "
+                        f"WikiText-2's {WIKITEXT2_TYPES:,}")
+    made = vocabulary if tokenizer == "words" else make_tokenizer(tokenizer, texts["train"])
+    splits = tokenize_splits(made, texts, str(source))
+    meta = {"source": str(source), "name": "wikitext-2", "types": vocabulary.vocab_size}
+    meta.update({f"{name}_words": count for name, count in words.items()})
+    _write_prepared(out, splits, made, meta)
+    return out
+
+
+def _read_wikitext2(source: Path) -> dict[str, bytes]:
+    """The three splits' text, from the official zip or a folder."""
+    names = {split: (f"wiki.{split}.tokens", f"{split}.txt") for split in SPLITS}
+    if source.is_file():
+        try:
+            with zipfile.ZipFile(source) as z:
+                members = {Path(m).name: m for m in z.namelist()}
+                missing = [names[s][0] for s in SPLITS if names[s][0] not in members]
+                if missing:
+                    raise DataError(f"{source}: the zip has no {', '.join(missing)}; give wikitext-2-v1.zip")
+                return {s: z.read(members[names[s][0]]) for s in SPLITS}
+        except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as e:
+            raise DataError(f"{source}: not a readable zip ({e}); give wikitext-2-v1.zip or a folder") from None
+    if not source.is_dir():
+        raise DataError(f"WikiText-2 source not found: {source} (give wikitext-2-v1.zip or a folder of its splits)")
+    texts = {}
+    for split in SPLITS:
+        tried = [source / f"{name}{gz}" for name in names[split] for gz in ("", ".gz")]
+        found = next((f for f in tried if f.is_file()), None)
+        if found is None:
+            raise DataError(f"{source} has no {split} split (looked for {', '.join(f.name for f in tried)})")
+        texts[split] = bytes(read_bytes(found))
+    return texts
+
+
+def _check_wikitext2(split: str, text: bytes, source) -> int:
+    """The split's words + ``<eos>``, after refusing a split that is not WikiText-2's."""
+    expected, sha256 = WIKITEXT2[split]
+    try:
+        count = sum(len(line.split()) + 1 for line in text.decode("utf-8").split("\n")[:-1])
+    except UnicodeDecodeError:
+        raise DataError(f"{source}, {split} split: not UTF-8 text, so not WikiText-2") from None
+    if count != expected:
+        raise DataError(f"{source}, {split} split: {count:,} words + <eos>, not WikiText-2's {expected:,} "
+                        f"(truncated or altered)")
+    if hashlib.sha256(text).hexdigest() != sha256:
+        raise DataError(f"{source}, {split} split: its SHA-256 is not WikiText-2 v1's (altered, or another release)")
+    return count
 
 
 def _check_new_folder(out: Path) -> None:
@@ -248,16 +386,36 @@ def _extract_enwik8(source: Path, raw: Path) -> tuple[int, str]:
     return size, md5.hexdigest()
 
 
-def _write_splits(out: Path, staging: Path, splits, meta: dict) -> None:
-    """Write the three splits and meta.json into ``staging``, then rename it to ``out``."""
-    staging.mkdir()
-    meta = dict(meta)
+def _write_prepared(out: Path, splits, tokenizer: Tokenizer, meta: dict) -> None:
+    """Create ``out`` with the three splits (token ids in the smallest unsigned dtype that
+    holds the vocabulary), ``meta.json`` and the tokenizer, through a staging folder."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staging = Path(tmp) / "splits"
+        staging.mkdir()
+        save_tokenizer(tokenizer, staging)
+        _write_splits(out, staging, splits, tokenizer, meta)
+
+
+def smallest_uint(vocab_size: int) -> np.dtype:
+    """The smallest unsigned integer dtype that holds ids ``0 .. vocab_size - 1``."""
+    return np.dtype(next(t for t in (np.uint8, np.uint16, np.uint32) if vocab_size - 1 <= np.iinfo(t).max))
+
+
+def _write_splits(out: Path, staging: Path, splits, tokenizer: Tokenizer, meta: dict) -> None:
+    """Write the three splits and meta.json into ``staging`` (which exists), then rename
+    it to ``out``. ``meta`` gains the tokenizer, the dtype and each split's token count
+    (and, for bytes, its byte count)."""
+    dtype = smallest_uint(tokenizer.vocab_size)
+    meta = dict(meta, tokenizer=tokenizer.name, vocab_size=tokenizer.vocab_size, dtype=dtype.name)
+    lengths = tokenizer.byte_lengths()
     for name, data in zip(SPLITS, splits):
         with open(staging / f"{name}.bin", "wb") as f:
-            np.asarray(data).tofile(f)
+            np.asarray(data).astype(dtype, copy=False).tofile(f)
             f.flush()
             os.fsync(f.fileno())
-        meta[f"{name}_bytes"] = int(len(data))
+        meta[f"{name}_tokens"] = int(len(data))
+        meta[f"{name}_bytes"] = int(len(data)) if tokenizer.name == "bytes" else int(lengths[np.asarray(data)].sum())
     (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     os.replace(staging, out)
 
