@@ -9,6 +9,8 @@ A checkpoint is a folder in which nothing runs code when loaded::
                          (optional; absent at an epoch boundary, where streams start cold)
     trainer.pt           the rest of the training state (optional): a dict of tensors,
                          numbers and strings only, read with torch.load(weights_only=True)
+    tokenizer.json       the tokenizer of a run on words or wordpieces (:mod:`sharnn.tokenizer`;
+                         absent for bytes), so that eval and generate need nothing else
 
 ``trainer.pt`` holds::
 
@@ -58,6 +60,7 @@ from .config import TrainConfig, load_config, to_yaml
 from .errors import CheckpointError, ConfigError, RunError
 from .model import SHARNN, SHARNNConfig, State, pretrained_config
 from .pretrained import CONFIG_JSON, apply_weights, read_config_json
+from .tokenizer import TOKENIZER_FILE, Tokenizer, load_tokenizer
 
 MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = "model.safetensors", "state.safetensors", "trainer.pt", "config.yaml"
 TRAIN_CONFIG_FILE = "train_config.yaml"  # an exported folder's TrainConfig
@@ -69,8 +72,8 @@ def write_checkpoint(folder: Path, config: TrainConfig, state: dict, info: dict[
     Args:
         folder: the folder to create.
         config: stored as ``config.yaml``.
-        state: ``{"model": weights, "recurrent_state": State or None, "trainer": dict}``;
-            the last two are optional.
+        state: ``{"model": weights, "recurrent_state": State or None, "trainer": dict,
+            "tokenizer": Tokenizer}``; all but the first are optional.
         info: strings stored in the header of ``model.safetensors`` (training writes the
             step, the epochs done and the valid BPC; :func:`read_info` reads them back).
 
@@ -117,6 +120,9 @@ def _serialise(config: TrainConfig, state: dict, info: dict[str, str] | None) ->
         torch.save(state["trainer"], buffer)
         files[TRAINER_FILE] = buffer.getvalue()
     files[CONFIG_FILE] = to_yaml(config).encode()
+    tokenizer = state.get("tokenizer")
+    if tokenizer is not None and tokenizer.to_json() is not None:
+        files[TOKENIZER_FILE] = tokenizer.to_json().encode()
     return files
 
 
@@ -235,6 +241,13 @@ def _load_config(file: Path, model: SHARNNConfig | None = None) -> TrainConfig:
         return load_config(file, model=model)
     except ConfigError as e:
         raise CheckpointError(f"{file}: {e}") from None
+
+
+def read_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer of a checkpoint, run folder or exported folder: its ``tokenizer.json``,
+    or bytes when it has none. Raises :class:`CheckpointError` (no checkpoint) or
+    :class:`DataError` (an invalid ``tokenizer.json``)."""
+    return load_tokenizer(resolve(path))
 
 
 def load_weights(model: SHARNN, folder: Path, device: str | torch.device = "cpu") -> None:

@@ -1,4 +1,4 @@
-"""The ``sharnn`` command line: prepare, train, eval, generate, compress, decompress, export, info.
+"""The ``sharnn`` command line: prepare, train, eval, generate, compress, decompress, export, analyze, info.
 
 User errors (bad config, missing file, wrong checksum, incompatible checkpoint, ...)
 print one ``error:`` line and exit with status 1; usage errors (an unknown option, an
@@ -8,6 +8,7 @@ option value out of its range) print one ``error:`` line and exit with status 2.
 from __future__ import annotations
 
 import codecs
+import math
 import dataclasses
 import sys
 import time
@@ -87,16 +88,34 @@ def prepare_enwik8_command(source, out):
     click.echo(f"prepared enwik8 in {folder}")
 
 
+@prepare.command("wikitext-2")
+@click.option("--source", required=True, type=click.Path(path_type=Path),
+              help="wikitext-2-v1.zip, or a folder with wiki.{train,valid,test}.tokens or {train,valid,test}.txt (.gz or not).")
+@click.option("--tokenizer", default="words", show_default=True, help="bytes, words or bpe:N (e.g. bpe:8000).")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
+def prepare_wikitext2_command(source, tokenizer, out):
+    """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
+    tokenize it (docs/tokenization.md)."""
+    from .data import SPLITS, load_corpus, prepare_wikitext2
+
+    corpus = load_corpus(str(prepare_wikitext2(source, out, tokenizer)))
+    for name in SPLITS:
+        click.echo(f"{name}: {len(corpus.split(name)):,} {corpus.tokenizer.name} tokens, "
+                   f"{corpus.words[name]:,} words + <eos>")
+    click.echo(f"prepared WikiText-2 with {corpus.tokenizer.name} ({corpus.tokenizer.vocab_size:,} token ids) in {out}")
+
+
 @prepare.command("corpus")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
 @click.option("--valid-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
 @click.option("--test-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
-def prepare_corpus_command(source, out, valid_fraction, test_fraction):
+@click.option("--tokenizer", default="bytes", show_default=True, help="bytes or bpe:N (trained on the train split).")
+def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer):
     """Any file or folder of files (concatenated), split by position."""
     from .data import prepare_corpus
 
-    folder = prepare_corpus(source, out, valid_fraction, test_fraction)
+    folder = prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer)
     click.echo(f"prepared {source} in {folder}")
 
 
@@ -154,7 +173,9 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
         return
     click.echo(
         f"done: valid {summary['valid_bpc']:.4f} BPC (best, step {summary['best_step']}), "
-        f"test {summary['test_bpc']:.4f} BPC, {summary['steps']} steps in {summary['train_seconds']:.0f} s; "
+        f"test {summary['test_bpc']:.4f} BPC"
+        + (f" (word perplexity {summary['test_word_perplexity']:.1f})" if summary.get("test_word_perplexity") else "")
+        + f", {summary['steps']} steps in {summary['train_seconds']:.0f} s; "
         f"run folder {summary['run_dir']}"
     )
 
@@ -168,16 +189,18 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 @click.option("--device", default="auto", show_default=True)
 @click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
 def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
-    """Bits per byte, nats per byte and perplexity of a checkpoint (a checkpoint folder,
-    a run folder for its best checkpoint, or an exported or save_pretrained folder)."""
-    from .checkpoint import load_model
+    """Bits per byte, nats per token and perplexity of a checkpoint (a checkpoint folder,
+    a run folder for its best checkpoint, or an exported or save_pretrained folder); for
+    WikiText, word perplexity too (docs/tokenization.md)."""
+    from .checkpoint import load_model, read_tokenizer
     from .config import TrainConfig
     from .data import load_corpus, read_bytes
-    from .errors import CheckpointError, ConfigError
+    from .errors import CheckpointError, ConfigError, DataError
     from .evaluate import evaluate
     from .progress import ProgressDisplay
 
     model, config = load_model(checkpoint)
+    tokenizer, count_words = read_tokenizer(checkpoint), False
     if config is None:  # a plain save_pretrained folder: no data recorded; the paper's protocol for --file
         if file is None:
             raise CheckpointError(f"{checkpoint} records no training data (no train_config.yaml): give --file FILE")
@@ -189,18 +212,29 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     except ConfigError as e:
         raise ConfigError(f"--bptt: {e}") from None
     if file is not None:
-        data, what, default_streams = read_bytes(file), str(file), config.test_streams
+        data, what, default_streams = tokenizer.ids(bytes(read_bytes(file))), str(file), config.test_streams
     else:
         corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
-        data, what = corpus.split(split), f"{config.data} ({split})"
+        if corpus.tokenizer.token_bytes != tokenizer.token_bytes:
+            raise DataError(f"{config.data} is tokenized with {corpus.tokenizer.name}, not with the tokenizer of "
+                            f"{checkpoint} ({tokenizer.name})")
+        data, what, count_words = corpus.split(split), f"{config.data} ({split})", corpus.words is not None
         default_streams = config.valid_streams if split == "valid" else config.test_streams
     streams = streams or default_streams
     with ProgressDisplay("eval") as progress:
-        result = evaluate(runtime.prepare(model), data, streams, window, runtime.autocast_dtype, progress=progress)
-    click.echo(f"{what}: {result.tokens:,} bytes predicted, {streams} streams, windows of {window}")
+        result = evaluate(runtime.prepare(model), data, streams, window, runtime.autocast_dtype, progress=progress,
+                          tokenizer=tokenizer, count_words=count_words)
+    unit = "bytes" if tokenizer.name == "bytes" else f"{tokenizer.name} tokens ({result.bytes:,} bytes)"
+    click.echo(f"{what}: {result.tokens:,} {unit} predicted, {streams} streams, windows of {window}")
     click.echo(f"bits per byte: {result.bpc:.4f}")
-    click.echo(f"nats per byte: {result.nats:.4f}")
-    click.echo(f"perplexity:    {result.perplexity:.4f}")
+    if tokenizer.name == "bytes":
+        click.echo(f"nats per byte: {result.nats:.4f}")
+        click.echo(f"perplexity:    {result.perplexity:.4f}")
+    else:
+        click.echo(f"bits per token: {result.nats / math.log(2):.4f}")
+        click.echo(f"perplexity per token: {result.perplexity:.2f}")
+    if result.word_perplexity is not None:
+        click.echo(f"word perplexity ({result.words:,} words + <eos>): {result.word_perplexity:.2f}")
 
 
 @main.command()
@@ -215,11 +249,12 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
 @click.option("--device", default="auto", show_default=True)
 @click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
 def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top_p, seed, device, fast_path):
-    """Sample bytes from a checkpoint (a checkpoint, run, exported or save_pretrained
-    folder), streaming them to standard output as they come. Invalid UTF-8 is shown with
+    """Sample from a checkpoint (a checkpoint, run, exported or save_pretrained folder),
+    streaming the text to standard output as it comes: --max-bytes bytes from a byte
+    model, as many tokens from a words or wordpiece model. Invalid UTF-8 is shown with
     replacement characters."""
-    from .checkpoint import load_model
-    from .data import ByteTokenizer, read_bytes
+    from .checkpoint import load_model, read_tokenizer
+    from .data import read_bytes
     from .errors import ConfigError
     from .generate import filter_logits
     from .generate import generate as sample
@@ -227,7 +262,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     if prompt is not None and prompt_file is not None:
         raise ConfigError("give --prompt or --prompt-file, not both")
     filter_logits(torch.zeros(2), temperature, top_k, top_p)  # refuses bad settings with one line
-    tokenizer = ByteTokenizer()
+    tokenizer = read_tokenizer(checkpoint)
     if prompt_file is not None:
         prompt_bytes = bytes(read_bytes(prompt_file))
     else:
@@ -243,7 +278,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     steps = sample(runtime.prepare(model), prompts, max_bytes, temperature, top_k, top_p, seed,
                    autocast_dtype=runtime.autocast_dtype)
     for tokens in steps:
-        out.write(decoder.decode(bytes([int(tokens[0])])))
+        out.write(decoder.decode(tokenizer.decode_bytes([int(tokens[0])])))
         out.flush()
     out.write(decoder.decode(b"", final=True) + "\n")
 
@@ -383,6 +418,57 @@ def export(checkpoint, out, collapse):
     from .export import export as write_export
 
     click.echo(f"exported {checkpoint} to {write_export(checkpoint, out, collapse)}")
+
+
+@main.group()
+def analyze():
+    """Analyses of a trained model."""
+
+
+@analyze.command("tokenization")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--split", type=click.Choice(["valid", "test"]), default="test", show_default=True)
+@click.option("--streams", default=None, type=click.IntRange(min=1), help="Parallel streams [default: the run's valid_streams or test_streams].")
+@click.option("--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt].")
+@click.option("--max-tokens", default=None, type=click.IntRange(min=2), help="Score only the first N tokens of the split, for a quick look [default: all].")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
+@click.option("--out", default=None, type=click.Path(path_type=Path), help="Folder for the JSON and PNG files [default: CHECKPOINT/analysis].")
+def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, device, fast_path, out):
+    """Where a model's bits fall within words, and what converting its perplexity to
+    another tokenization's hides (paper §6.1; docs/tokenization.md): for a byte model,
+    bits by character position in the word and by the word's train-set frequency, and
+    2^(BPC * Nc / Nw) beside the exact word perplexity; for a wordpiece model, bits per
+    word by number of pieces; for a words model, its totals. CHECKPOINT: a run folder (its
+    best checkpoint), a checkpoint or an exported folder."""
+    from .analysis import analyze as analyze_split
+    from .analysis import check_tokenizer, format_report, write_report
+    from .checkpoint import load_model, read_tokenizer, resolve
+    from .data import load_corpus
+    from .errors import CheckpointError, ConfigError
+    from .progress import ProgressDisplay
+
+    model, config = load_model(checkpoint)
+    if config is None:
+        raise CheckpointError(f"{checkpoint} records no training data (no train_config.yaml): nothing to analyze")
+    tokenizer = read_tokenizer(checkpoint)
+    corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
+    check_tokenizer(model, tokenizer, corpus.tokenizer)
+    runtime = _runtime(device, config.precision, fast_path)
+    window = bptt or config.bptt
+    try:
+        config.model.check_window(window)
+    except ConfigError as e:
+        raise ConfigError(f"--bptt: {e}") from None
+    streams = streams or (config.valid_streams if split == "valid" else config.test_streams)
+    data = corpus.split(split)[:max_tokens]
+    with ProgressDisplay("analyze") as progress:
+        report = analyze_split(runtime.prepare(model), tokenizer, data, streams, window, corpus.train,
+                               runtime.autocast_dtype, progress=progress)
+    report.update(checkpoint=str(resolve(checkpoint)), data=config.data, split=split)
+    click.echo(format_report(report))
+    for path in write_report(report, out or checkpoint / "analysis"):
+        click.echo(f"wrote {path}")
 
 
 @main.command()

@@ -201,9 +201,10 @@ class Distributed:
         negative log-likelihood over the total number of predicted tokens."""
         if self.world_size == 1:
             return result
-        totals = torch.tensor([result.nats * result.tokens, result.tokens], dtype=torch.float64)
+        words = result.words is not None
+        totals = torch.tensor([result.nats * result.tokens, result.tokens, result.bytes, result.words or 0], dtype=torch.float64)
         dist.all_reduce(totals, group=_control_group())
-        return EvalResult(nats=float(totals[0] / totals[1]), tokens=int(totals[1]))
+        return EvalResult(float(totals[0] / totals[1]), int(totals[1]), int(totals[2]), int(totals[3]) if words else None)
 
     def gather_streams(self, state: State | None, n_layers: int) -> State | None:
         """Every process's recurrent state, its streams side by side in rank order (the

@@ -2,10 +2,15 @@
 
 The split is laid out as ``streams`` contiguous streams (16 for valid, 8 for test in the
 paper), read in windows of ``bptt`` with the LSTM state and attention memory carried
-from window to window, starting cold. Every byte after the first of each stream is
-predicted exactly once; the result is the mean negative log-likelihood over exactly
+from window to window, starting cold. Every token after the first of each stream is
+predicted exactly once; the result is the total negative log-likelihood over exactly
 those predictions (the original code divided by one row too many: a relative bias of
 1/rows, a few parts per million on enwik8).
+
+One total, three figures (paper §6.1, docs/tokenization.md): bits per byte of the text
+the predicted tokens stand for, word perplexity over its words + ``<eos>`` (WikiText),
+and the model's own per-token perplexity. Each token stands for exact bytes
+(:attr:`sharnn.tokenizer.Tokenizer.token_bytes`), so these are counted, not estimated.
 """
 
 from __future__ import annotations
@@ -23,27 +28,55 @@ from .errors import DataError
 from .model import SHARNN, State
 from .progress import ProgressDisplay
 from .runtime import autocast
+from .tokenizer import ByteTokenizer, Tokenizer
 
 
 @dataclass
 class EvalResult:
-    """A split's score. ``nats``: mean negative log-likelihood per byte, in nats;
-    ``tokens``: the number of predicted bytes; ``bpc``: bits per byte (``nats / ln 2``);
-    ``perplexity``: per byte (``e^nats``; ``inf`` where that overflows a float)."""
+    """A split's score.
+
+    ``nats``: mean negative log-likelihood per predicted token, in nats; ``tokens``: the
+    number of predicted tokens; ``bytes``: the bytes of text they stand for (= tokens
+    for a byte model); ``words``: the words + ``<eos>`` among them, for corpora that
+    count words (WikiText: the space characters of the text, one before every word and
+    before each line's end), else None.
+
+    ``bits``: the total in bits; ``bpc``: bits per byte of text (``bits / bytes``);
+    ``perplexity``: per token (``e^nats``); ``word_perplexity``: ``2^(bits / words)``
+    (None without words). A perplexity that overflows a float is ``inf``.
+    """
 
     nats: float
     tokens: int
+    bytes: int | None = None
+    words: int | None = None
+
+    def __post_init__(self):
+        if self.bytes is None:
+            self.bytes = self.tokens
+
+    @property
+    def bits(self) -> float:
+        return self.nats * self.tokens / math.log(2)
 
     @property
     def bpc(self) -> float:
-        return self.nats / math.log(2)
+        return self.bits / self.bytes
 
     @property
     def perplexity(self) -> float:
-        try:
-            return math.exp(self.nats)
-        except OverflowError:  # a diverged model: nats above ~709
-            return math.inf
+        return _power(math.e, self.nats)
+
+    @property
+    def word_perplexity(self) -> float | None:
+        return None if not self.words else _power(2.0, self.bits / self.words)
+
+
+def _power(base: float, exponent: float) -> float:
+    try:
+        return base**exponent
+    except OverflowError:  # a diverged model
+        return math.inf
 
 
 @torch.no_grad()
@@ -55,18 +88,22 @@ def evaluate(
     autocast_dtype: torch.dtype | None = None,
     progress: ProgressDisplay | None = None,
     block: slice | None = None,
+    tokenizer: Tokenizer | None = None,
+    count_words: bool = False,
 ) -> EvalResult:
-    """Score a byte split.
+    """Score a split.
 
     Args:
         model: the model; it is put in eval mode and returned to its previous mode.
-        data: uint8 bytes ``[N]``.
+        data: token ids ``[N]`` (uint8 bytes for a byte model).
         streams: number of parallel streams ``B`` (paper: 16 valid, 8 test).
         bptt: window length ``T`` (at most the model's attention span).
         autocast_dtype: run under autocast with this dtype (None: fp32).
         progress: where to show how far the evaluation is (fraction of the windows done).
         block: score only these of the ``B`` streams (one process's share in a
             multi-process run, :mod:`sharnn.distributed`); None: all of them.
+        tokenizer: what the ids stand for (None: bytes).
+        count_words: count the words + ``<eos>`` of the predicted text (WikiText).
 
     Returns:
         :class:`EvalResult` (over the streams of ``block``).
@@ -78,7 +115,7 @@ def evaluate(
     batched = batchify(data, streams)[:, block or slice(None)]
     rows = batched.shape[0]
     if rows < 2:
-        raise DataError(f"split of {len(data):,} bytes is too small for {streams} evaluation streams")
+        raise DataError(f"split of {len(data):,} tokens is too small for {streams} evaluation streams")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -92,7 +129,16 @@ def evaluate(
             progress.update((row + length) / (rows - 1))
     model.train(was_training)
     tokens = (rows - 1) * batched.shape[1]
-    return EvalResult(nats=total.item() / tokens, tokens=tokens)
+    return EvalResult(total.item() / tokens, tokens, *predicted_text(batched[1:], tokenizer or ByteTokenizer(), count_words))
+
+
+def predicted_text(targets: Tensor, tokenizer: Tokenizer, count_words: bool) -> tuple[int, int | None]:
+    """``(bytes, words + <eos> or None)`` of the text the target ids ``[T, B]`` stand for."""
+    if tokenizer.name == "bytes" and not count_words:
+        return targets.numel(), None
+    ids = targets.numpy().ravel()
+    size = int(tokenizer.byte_lengths()[ids].sum())
+    return size, int(tokenizer.space_counts()[ids].sum()) if count_words else None
 
 
 def window_nll(

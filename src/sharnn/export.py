@@ -28,6 +28,7 @@ from .config import TrainConfig, to_yaml
 from .errors import CheckpointError
 from .metrics import plot_bpc, read_records
 from .model import SHARNN, SHARNNConfig
+from .tokenizer import save_tokenizer
 from .train import read_summary
 
 TRAINING_FILE, CURVE_FILE = "training.json", "bpc.png"
@@ -76,6 +77,7 @@ def export(source: str | Path, out: str | Path, collapse: bool = False) -> Path:
         model.save_pretrained(staging, model_card_kwargs=card_fields(config, record, out, curve))
         (staging / checkpoint.TRAIN_CONFIG_FILE).write_text(to_yaml(config))
         (staging / TRAINING_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        save_tokenizer(checkpoint.read_tokenizer(folder), staging)  # words and wordpieces travel with the model
         for file in staging.iterdir():
             with open(file, "rb") as f:
                 os.fsync(f.fileno())

@@ -4,8 +4,11 @@ test and settings change), the same numbers as TensorBoard events, and ``bpc.png
 Every record has ``split`` (train, valid, test or config), ``step`` and ``epoch`` (the
 epochs done, a float such as 0.667; an int in older files); train records add ``bpc``
 (mean over the logged steps), ``lr``, ``grad_norm``, ``tokens_per_s`` and ``seconds``;
-valid and test records ``bpc`` and ``nats`` (per byte). The test record's step is that
-of the best checkpoint, the one tested.
+valid and test records ``bpc`` (bits per byte of text) and ``nats`` (per token). The test
+record's step is that of the best checkpoint, the one tested. On a words or wordpiece
+corpus (docs/tokenization.md) train records add ``bits_per_token`` (their ``bpc`` is it
+over the train split's mean bytes per token), and valid and test records add
+``bits_per_token``, ``perplexity`` (per token) and, on WikiText, ``word_perplexity``.
 
 A ``config`` record marks a resumed run whose settings were changed: ``changes`` maps
 each changed setting to ``[old, new]``, e.g. ``{"split": "config", "step": 1200,

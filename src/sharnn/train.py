@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from . import checkpoint
 from .config import TrainConfig, load_config, to_yaml
-from .data import ByteTokenizer, batchify, get_batch, load_corpus, window_length
+from .data import batchify, get_batch, load_corpus, window_length
 from .distributed import Distributed, launcher
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import EvalResult, evaluate
@@ -356,6 +356,7 @@ class Trainer:
         device = self.runtime.device
         self.loss_sum = torch.zeros((), device=device)  # accumulated on the device; read at log steps
         self.divergence = Divergence(config.model.vocab_size, device)
+        self.bytes_per_token = mean_bytes_per_token(self.corpus)
         self.log_steps = self.log_tokens = 0
         self.log_start = time.perf_counter()
         self.clock_start = time.perf_counter() - self.state.progress.elapsed
@@ -508,12 +509,15 @@ class Trainer:
     def _log_training(self, lr: float, grad_norm: torch.Tensor) -> None:
         self.check_diverged()
         progress, now = self.state.progress, time.perf_counter()
-        bpc = float(self.loss_sum) / self.log_steps / math.log(2)
+        bits_per_token = float(self.loss_sum) / self.log_steps / math.log(2)
+        bpc = bits_per_token / self.bytes_per_token
         record = {
             "split": "train", "step": progress.step, "epoch": round(self.epochs_done(), 4),
             "seconds": round(progress.elapsed, 2), "bpc": bpc, "lr": lr, "grad_norm": float(grad_norm),
             "tokens_per_s": self.log_tokens / (now - self.log_start),  # training time only: see _paused
         }
+        if self.bytes_per_token != 1:
+            record["bits_per_token"] = bits_per_token
         trust = {f"trust_ratio/{self.param_names[p]}": float(r) for p, r in self.state.optimizer.trust_ratios.items()}
         self.metrics.log(record, trust)
         self.display.update(bpc=f"{bpc:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}", lr=f"{lr:.2e}")
@@ -565,8 +569,8 @@ class Trainer:
                 progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
             self.distributed.on_main(lambda: self._record(
                 {"split": "valid", "step": progress.step, "epoch": round(self.epochs_done(), 4),
-                 "seconds": round(progress.elapsed, 2), "bpc": result.bpc, "nats": result.nats}))
-            self.say(f"step {progress.step} (epoch {self.epochs_done():.2f}): valid {result.bpc:.4f} BPC"
+                 "seconds": round(progress.elapsed, 2), **scores(result)}))
+            self.say(f"step {progress.step} (epoch {self.epochs_done():.2f}): valid {describe_score(result)}"
                      + (" (best)" if improved else ""))
         return result.bpc
 
@@ -582,6 +586,7 @@ class Trainer:
                 info["valid_bpc"] = repr(valid_bpc)
             best = valid_bpc is not None and progress.best_step == progress.step
             state = self.state.state_dict()  # every process takes part; the main one writes it
+            state["tokenizer"] = self.corpus.tokenizer
             self.distributed.on_main(lambda: self.checkpoints.save(progress.step, self.config, state, best=best, info=info))
 
     def _record(self, record: dict) -> None:
@@ -594,7 +599,8 @@ class Trainer:
         config = self.config
         with ProgressDisplay(split, config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
             result = evaluate(self.state.model, self.corpus.split(split), streams, config.bptt,
-                              self.runtime.autocast_dtype, progress=display, block=self.distributed.block(streams, split))
+                              self.runtime.autocast_dtype, progress=display, block=self.distributed.block(streams, split),
+                              tokenizer=self.corpus.tokenizer, count_words=self.corpus.words is not None)
         return self.distributed.combine(result)  # each process scored its block of the streams
 
     @contextmanager
@@ -623,6 +629,8 @@ class Trainer:
             "valid_bpc": progress.best_valid_bpc,
             "test_bpc": test.bpc,
             "test_perplexity": test.perplexity,
+            "test_word_perplexity": test.word_perplexity,
+            "tokenizer": self.corpus.tokenizer.name,
             "best_step": progress.best_step,
             "steps": progress.step,
             "epochs": round(self.epochs_done(), 4),
@@ -630,8 +638,7 @@ class Trainer:
             "parameters": model.num_parameters(),
             "parameters_collapsed": model.num_parameters(collapsed=True),
         }
-        record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
-                  "bpc": test.bpc, "nats": test.nats}
+        record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4), **scores(test)}
 
         def write_results() -> None:
             self._record(record)
@@ -644,16 +651,17 @@ class Trainer:
         return summary
 
     def _print_sample(self) -> None:
-        tokenizer, n = ByteTokenizer(), self.config.sample_bytes
-        prompt = tokenizer.encode(bytes(self.corpus.test[:256]))
+        tokenizer, n = self.corpus.tokenizer, self.config.sample_bytes
+        unit = "bytes" if tokenizer.name == "bytes" else f"{tokenizer.name} tokens"
+        prompt = torch.from_numpy(self.corpus.test[:256].astype(np.int64))
         steps = generate(self.state.model, prompt.view(-1, 1), n, temperature=0.8,
                          seed=self.config.seed, autocast_dtype=self.runtime.autocast_dtype)
         sample = [int(tokens[0]) for tokens in steps]
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        for header, ids, final in (("prompt: the first 256 bytes of the test split", prompt.tolist(), False),
-                                   (f"sample: {n} bytes generated at temperature 0.8", sample, True)):
+        for header, ids, final in ((f"prompt: the first 256 {unit} of the test split", prompt.tolist(), False),
+                                   (f"sample: {n} {unit} generated at temperature 0.8", sample, True)):
             print(f"\n--- {header} ---", file=sys.stderr, flush=True)
-            print(decoder.decode(bytes(ids), final=final), flush=True)
+            print(decoder.decode(tokenizer.decode_bytes(ids), final=final), flush=True)
         print("---", file=sys.stderr)
 
 
@@ -695,25 +703,52 @@ class Divergence:
 
 def check_corpus(config: TrainConfig, corpus) -> None:
     """Refuse a corpus the run cannot use: a train split shorter than one window of every
-    stream, evaluation splits too short for their streams, or more byte values than the
-    model's vocabulary.
+    stream, evaluation splits too short for their streams, or a model vocabulary that is
+    not the tokenizer's (for bytes: smaller than 256).
 
     Raises:
         DataError, ConfigError.
     """
-    if config.model.vocab_size < ByteTokenizer.vocab_size:
-        raise ConfigError(f"model.vocab_size ({config.model.vocab_size}) is smaller than the corpus's "
-                          f"vocabulary ({ByteTokenizer.vocab_size} byte values)")
+    tokenizer, vocab = corpus.tokenizer, config.model.vocab_size
+    if vocab < tokenizer.vocab_size or (vocab != tokenizer.vocab_size and tokenizer.name != "bytes"):
+        raise ConfigError(f"model.vocab_size is {vocab:,} but the corpus {config.data} is tokenized with "
+                          f"{tokenizer.name} ({tokenizer.vocab_size:,} token ids): set model.vocab_size={tokenizer.vocab_size}")
     need = config.train_streams * (config.bptt + 1)
     if len(corpus.train) < need:
         raise DataError(
-            f"corpus {config.data}: the train split has {len(corpus.train):,} bytes, fewer than one window "
-            f"({config.train_streams} streams x {config.bptt + 1} bytes = {need:,}); lower train_streams or bptt"
+            f"corpus {config.data}: the train split has {len(corpus.train):,} tokens, fewer than one window "
+            f"({config.train_streams} streams x {config.bptt + 1} tokens = {need:,}); lower train_streams or bptt"
         )
     for split, streams in (("valid", config.valid_streams), ("test", config.test_streams)):
         size = len(corpus.split(split))
         if size < 2 * streams:
-            raise DataError(f"corpus {config.data}: the {split} split has {size:,} bytes, too few for {streams} streams")
+            raise DataError(f"corpus {config.data}: the {split} split has {size:,} tokens, too few for {streams} streams")
+
+
+def mean_bytes_per_token(corpus) -> float:
+    """The train split's bytes per token (1 for bytes): training logs its loss in bits
+    per token over this, an estimate of its bits per byte (evaluations count exactly)."""
+    if corpus.tokenizer.name == "bytes":
+        return 1.0
+    return float(corpus.tokenizer.byte_lengths()[corpus.train].mean())
+
+
+def scores(result: EvalResult) -> dict:
+    """A split's figures for metrics.jsonl: ``bpc`` (bits per byte of text), ``nats`` (per
+    token), and for token corpora ``bits_per_token``, ``perplexity`` (per token) and
+    ``word_perplexity`` (WikiText)."""
+    figures = {"bpc": result.bpc, "nats": result.nats}
+    if result.bytes != result.tokens:
+        figures.update(bits_per_token=result.nats / math.log(2), perplexity=result.perplexity)
+    if result.word_perplexity is not None:
+        figures["word_perplexity"] = result.word_perplexity
+    return figures
+
+
+def describe_score(result: EvalResult) -> str:
+    """``1.2345 BPC`` and, for WikiText, ``, word perplexity 123.4``."""
+    words = f", word perplexity {result.word_perplexity:.1f}" if result.word_perplexity is not None else ""
+    return f"{result.bpc:.4f} BPC{words}"
 
 
 def command_line() -> str:
