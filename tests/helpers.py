@@ -20,6 +20,9 @@ from safetensors.torch import load_file
 
 from sharnn.cli import main
 
+# WikiText-2 (tokenized v1), from the shared data folder beside the repository.
+WIKITEXT2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2"
+
 # A tiny SHA-RNN (d 32, Boom 64, span 48) on windows of 16 bytes x 4 streams.
 SMALL = [
     "model.d_model=32",

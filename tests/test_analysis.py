@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import assert_ok, assert_user_error, cli, shared_run
+from helpers import WIKITEXT2, assert_ok, assert_user_error, cli, shared_run
 from sharnn.analysis import (
     analyze,
     format_report,
@@ -32,7 +32,6 @@ from sharnn.evaluate import evaluate
 from sharnn.model import SHARNN, SHARNNConfig
 from sharnn.tokenizer import BPETokenizer, ByteTokenizer, WordTokenizer
 
-WIKITEXT2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2"
 TEXT = b" ab  c\n\xc3\xa9x\n"  # characters: ' ' a b ' ' ' ' c '\n' é x '\n' (é is 2 bytes)
 
 

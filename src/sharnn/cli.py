@@ -99,9 +99,10 @@ def prepare_wikitext2_command(source, tokenizer, out):
     from .data import SPLITS, load_corpus, prepare_wikitext2
 
     corpus = load_corpus(str(prepare_wikitext2(source, out, tokenizer)))
+    lengths = corpus.tokenizer.byte_lengths()
     for name in SPLITS:
-        click.echo(f"{name}: {len(corpus.split(name)):,} {corpus.tokenizer.name} tokens, "
-                   f"{corpus.words[name]:,} words + <eos>")
+        ids = corpus.split(name)
+        click.echo(f"{name}: {len(ids):,} tokens, {int(lengths[ids].sum()):,} bytes, {corpus.words[name]:,} words + <eos>")
     click.echo(f"prepared WikiText-2 with {corpus.tokenizer.name} ({corpus.tokenizer.vocab_size:,} token ids) in {out}")
 
 
