@@ -33,8 +33,9 @@ class TrainConfig:
     (Table 2, §4.1; docs/training.md), which is the ``enwik8-paper`` preset.
 
     Data:
-        data: corpus (see :func:`sharnn.data.load_corpus`): a prepared folder, a file or
-            folder of any bytes, or a bundled name (``enwik8-head``).
+        data: corpus (see :func:`sharnn.data.load_corpus`): a prepared folder (bytes, or
+            words or wordpieces with its tokenizer: then ``model.vocab_size`` must be the
+            tokenizer's), a file or folder of any bytes, or a bundled name (``enwik8-head``).
         valid_fraction, test_fraction: split by position for corpora that are not prepared.
         train_streams, valid_streams, test_streams: the number of parallel streams ``B``
             each split is laid out in (the batch size; evaluation protocol: 16 and 8).
@@ -48,7 +49,8 @@ class TrainConfig:
     Evaluation and logging: validation after every epoch and, when > 0, every
         ``valid_every_steps``; ``checkpoint_every_steps`` writes ``latest``;
         ``log_every_steps`` sets the metrics period; without a terminal, a progress line
-        every ``progress_every_seconds``; ``sample_bytes`` generated at the end (0: none).
+        every ``progress_every_seconds``; ``sample_bytes`` generated at the end (0: none;
+        tokens, for a words or wordpiece corpus).
     Start: ``init_from``, a run folder (its best checkpoint) or a checkpoint whose weights
         the run starts from, with a new optimizer and schedule ("": a fresh
         initialisation); its model settings must be the checkpoint's (the dropouts may differ).
