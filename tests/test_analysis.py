@@ -111,6 +111,14 @@ def test_position_table_sums_a_characters_bytes_and_leaves_out_unpredicted_ones(
     assert sum(r["share"] or 0 for r in rows.values()) == pytest.approx(1.0)
 
 
+def test_a_stray_continuation_byte_after_whitespace_is_a_word_of_its_own():
+    text = b"ab \x80 ef\n"  # not UTF-8: bytes.split() sees three words, and so must the labels
+    labels = label_bytes(text)
+    assert labels.word.max() + 1 == len(text.split()) == 3
+    rows = frequency_table(np.ones(len(text)), text, labels, word_counts(b"ab ef"))
+    assert sum(r["words"] for r in rows) == 3
+
+
 def test_frequency_table_bins_words_by_their_train_count():
     text = b" the cat\n the zebra\n"
     counts = word_counts(b"the the cat " * 20 + b"the " * 1000)

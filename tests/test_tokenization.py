@@ -234,3 +234,72 @@ def test_a_corpus_prepared_before_tokenizers_still_loads_as_bytes(tmp_path):
     (folder / "meta.json").write_text(json.dumps({"name": "x", "train_bytes": 6, "valid_bytes": 2, "test_bytes": 2}))
     corpus = load_corpus(str(folder))
     assert corpus.tokenizer.name == "bytes" and bytes(corpus.train) == b"abcdef" and corpus.words is None
+
+
+def test_prepare_corpus_refuses_token_ids_and_the_words_tokenizer(small_words, tmp_path):
+    assert_user_error(cli("prepare", "corpus", small_words, "--out", tmp_path / "a"),
+                      "is a corpus of words tokens, not text")
+    source = tmp_path / "t.txt"
+    source.write_bytes(b" a b \n" * 100)
+    assert_user_error(cli("prepare", "corpus", source, "--tokenizer", "words", "--out", tmp_path / "b"),
+                      "use sharnn prepare wikitext-2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+
+
+@pytest.mark.parametrize("meta, message", [([1, 2], "unreadable meta.json"),
+                                           ({"dtype": "float32"}, "must be unsigned integers"),
+                                           ({"dtype": "uint16"}, "not whole uint16 tokens")])
+def test_a_damaged_meta_json_is_one_line(tmp_path, meta, message):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    for split in COUNTS:
+        (folder / f"{split}.bin").write_bytes(b"abc")
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=message):
+        load_corpus(str(folder))
+
+
+def test_evaluate_refuses_token_ids_without_their_tokenizer():
+    model = SHARNN(SHARNNConfig(vocab_size=300, d_model=16, n_layers=1, boom_dim=32, attention_span=32))
+    with pytest.raises(DataError, match="pass the corpus's tokenizer"):
+        evaluate(model, np.arange(200, dtype=np.uint16) % 300, streams=2, bptt=8)
+
+
+@pytest.fixture(scope="module")
+def words_run(small_words, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("words-run") / "run"
+    assert_ok(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={small_words}",
+                  *WORDS_RUN, "max_steps=2"))
+    return run
+
+
+def test_a_words_model_saved_without_its_tokenizer_is_refused_until_it_is_beside_it(words_run, tmp_path):
+    from sharnn.checkpoint import load_model
+
+    plain = tmp_path / "plain"
+    load_model(words_run)[0].save_pretrained(plain)
+    for args in (("generate", plain, "--prompt", " the"), ("eval", plain, "--file", WIKITEXT2 / "test.txt.gz")):
+        assert_user_error(cli(*args), "the model has 33,278 token ids but its tokenizer (no tokenizer.json, so bytes)")
+    shutil.copy(words_run / "best" / "tokenizer.json", plain)
+    assert_ok(cli("generate", plain, "--prompt", " the", "--max-bytes", "3", "--seed", "1"))
+
+
+def test_a_whitespace_prompt_starts_a_words_model_after_a_line(words_run):
+    result = cli("generate", words_run, "--prompt", "  ", "--max-bytes", "3", "--seed", "1")
+    assert_ok(result)
+    assert len(result.stdout) > 3  # the prompt, then three words
+
+
+def test_resume_and_init_from_refuse_a_corpus_with_another_tokenizer(small_words, words_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(small_words, other)
+    vocab = json.loads((other / "tokenizer.json").read_text())["vocab"]
+    vocab[0], vocab[1] = vocab[1], vocab[0]  # the same size, other words behind two ids
+    (other / "tokenizer.json").write_text(json.dumps({"type": "words", "vocab": vocab}))
+    assert_user_error(cli("train", "--preset", "wikitext2-words-tiny", "--out", tmp_path / "init", f"data={other}",
+                          *WORDS_RUN, "--init-from", words_run), "not with the model's tokenizer (words)")
+    run = tmp_path / "run"
+    assert_ok(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={other}",
+                  *WORDS_RUN, "max_steps=4", "checkpoint_every_steps=2", "sample_bytes=0"))
+    shutil.copy(small_words / "tokenizer.json", other)  # the corpus is prepared again, differently
+    assert_user_error(cli("train", "--resume", run, "max_steps=6"), "not with the model's tokenizer")

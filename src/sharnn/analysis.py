@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import batchify, bptt_windows, get_batch
-from .errors import CheckpointError, DataError
+from .errors import DataError
 from .files import write_atomically
 from .model import SHARNN
 from .progress import ProgressDisplay
@@ -143,6 +143,7 @@ def label_bytes(text: bytes) -> ByteLabels:
     characters, whitespace being ASCII's (space, tab, newline, CR, VT, FF), as ``bytes.split``."""
     raw = np.frombuffer(text, dtype=np.uint8)
     is_start = (raw < 0x80) | (raw >= 0xC0)
+    is_start[1:] |= raw[:-1] < 0x80  # a stray continuation byte after ASCII is a character of its own
     is_start[:1] = True
     start = np.flatnonzero(is_start)
     space = np.isin(raw[start], WHITESPACE)
@@ -353,22 +354,6 @@ def kind(tokenizer: Tokenizer) -> str:
     if name not in ("bytes", "bpe", "words"):
         raise DataError(f"no tokenization analysis for the {tokenizer.name!r} tokenizer (bytes, words or bpe:N)")
     return name
-
-
-def check_tokenizer(model: SHARNN, tokenizer: Tokenizer, corpus_tokenizer: Tokenizer) -> None:
-    """Refuse a model whose tokenizer (from its checkpoint) does not fit it or its data.
-
-    Raises:
-        CheckpointError: the model's vocabulary is not the tokenizer's size.
-        DataError: the corpus was tokenized differently; a tokenizer :func:`kind` refuses.
-    """
-    kind(tokenizer)
-    if model.config.vocab_size != tokenizer.vocab_size:
-        raise CheckpointError(f"the model has a vocabulary of {model.config.vocab_size:,} but its tokenizer "
-                              f"({tokenizer.name}) has {tokenizer.vocab_size:,} tokens")
-    if corpus_tokenizer.name != tokenizer.name or corpus_tokenizer.token_bytes != tokenizer.token_bytes:
-        raise DataError(f"the model's {tokenizer.name} tokenizer is not the one its data was prepared with "
-                        f"({corpus_tokenizer.name}); prepare the data again or give the model's own corpus")
 
 
 def analyze(

@@ -60,7 +60,7 @@ from .config import TrainConfig, load_config, to_yaml
 from .errors import CheckpointError, ConfigError, RunError
 from .model import SHARNN, SHARNNConfig, State, pretrained_config
 from .pretrained import CONFIG_JSON, apply_weights, read_config_json
-from .tokenizer import TOKENIZER_FILE, Tokenizer, load_tokenizer
+from .tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
 
 MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = "model.safetensors", "state.safetensors", "trainer.pt", "config.yaml"
 TRAIN_CONFIG_FILE = "train_config.yaml"  # an exported folder's TrainConfig
@@ -121,8 +121,9 @@ def _serialise(config: TrainConfig, state: dict, info: dict[str, str] | None) ->
         files[TRAINER_FILE] = buffer.getvalue()
     files[CONFIG_FILE] = to_yaml(config).encode()
     tokenizer = state.get("tokenizer")
-    if tokenizer is not None and tokenizer.to_json() is not None:
-        files[TOKENIZER_FILE] = tokenizer.to_json().encode()
+    text = tokenizer.to_json() if tokenizer is not None else None
+    if text is not None:
+        files[TOKENIZER_FILE] = text.encode()
     return files
 
 
@@ -243,11 +244,16 @@ def _load_config(file: Path, model: SHARNNConfig | None = None) -> TrainConfig:
         raise CheckpointError(f"{file}: {e}") from None
 
 
-def read_tokenizer(path: str | Path) -> Tokenizer:
+def read_tokenizer(path: str | Path, vocab_size: int | None = None) -> Tokenizer:
     """The tokenizer of a checkpoint, run folder or exported folder: its ``tokenizer.json``,
-    or bytes when it has none. Raises :class:`CheckpointError` (no checkpoint) or
-    :class:`DataError` (an invalid ``tokenizer.json``)."""
-    return load_tokenizer(resolve(path))
+    or bytes when it has none; checked against a model of ``vocab_size`` token ids when
+    given. Raises :class:`CheckpointError` (no checkpoint) or :class:`DataError` (an
+    invalid ``tokenizer.json``, or one that does not fit the model)."""
+    folder = resolve(path)
+    tokenizer = load_tokenizer(folder)
+    if vocab_size is not None:
+        check_vocabulary(vocab_size, tokenizer, str(folder))
+    return tokenizer
 
 
 def load_weights(model: SHARNN, folder: Path, device: str | torch.device = "cpu") -> None:

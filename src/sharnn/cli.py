@@ -8,7 +8,6 @@ option value out of its range) print one ``error:`` line and exit with status 2.
 from __future__ import annotations
 
 import codecs
-import math
 import dataclasses
 import sys
 import time
@@ -196,12 +195,13 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     from .checkpoint import load_model, read_tokenizer
     from .config import TrainConfig
     from .data import load_corpus, read_bytes
-    from .errors import CheckpointError, ConfigError, DataError
+    from .errors import CheckpointError, ConfigError
     from .evaluate import evaluate
+    from .tokenizer import check_same
     from .progress import ProgressDisplay
 
     model, config = load_model(checkpoint)
-    tokenizer, count_words = read_tokenizer(checkpoint), False
+    tokenizer, count_words = read_tokenizer(checkpoint, model.config.vocab_size), False
     if config is None:  # a plain save_pretrained folder: no data recorded; the paper's protocol for --file
         if file is None:
             raise CheckpointError(f"{checkpoint} records no training data (no train_config.yaml): give --file FILE")
@@ -216,23 +216,21 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
         data, what, default_streams = tokenizer.ids(bytes(read_bytes(file))), str(file), config.test_streams
     else:
         corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
-        if corpus.tokenizer.token_bytes != tokenizer.token_bytes:
-            raise DataError(f"{config.data} is tokenized with {corpus.tokenizer.name}, not with the tokenizer of "
-                            f"{checkpoint} ({tokenizer.name})")
+        check_same(tokenizer, corpus.tokenizer, config.data)
         data, what, count_words = corpus.split(split), f"{config.data} ({split})", corpus.words is not None
         default_streams = config.valid_streams if split == "valid" else config.test_streams
     streams = streams or default_streams
     with ProgressDisplay("eval") as progress:
         result = evaluate(runtime.prepare(model), data, streams, window, runtime.autocast_dtype, progress=progress,
                           tokenizer=tokenizer, count_words=count_words)
-    unit = "bytes" if tokenizer.name == "bytes" else f"{tokenizer.name} tokens ({result.bytes:,} bytes)"
+    unit = "bytes" if tokenizer.is_bytes else f"tokens ({tokenizer.name}: {result.bytes:,} bytes)"
     click.echo(f"{what}: {result.tokens:,} {unit} predicted, {streams} streams, windows of {window}")
     click.echo(f"bits per byte: {result.bpc:.4f}")
-    if tokenizer.name == "bytes":
+    if tokenizer.is_bytes:
         click.echo(f"nats per byte: {result.nats:.4f}")
         click.echo(f"perplexity:    {result.perplexity:.4f}")
     else:
-        click.echo(f"bits per token: {result.nats / math.log(2):.4f}")
+        click.echo(f"bits per token: {result.bits_per_token:.4f}")
         click.echo(f"perplexity per token: {result.perplexity:.2f}")
     if result.word_perplexity is not None:
         click.echo(f"word perplexity ({result.words:,} words + <eos>): {result.word_perplexity:.2f}")
@@ -242,7 +240,8 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--prompt", default=None, help="Prompt text (UTF-8).")
 @click.option("--prompt-file", default=None, type=click.Path(path_type=Path), help="Read the prompt bytes from a file.")
-@click.option("--max-bytes", default=512, show_default=True, type=click.IntRange(min=0))
+@click.option("--max-bytes", default=512, show_default=True, type=click.IntRange(min=0),
+              help="Bytes to generate (tokens, for a words or wordpiece model).")
 @click.option("--temperature", default=1.0, show_default=True, type=float, help="0: greedy; must be finite.")
 @click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0), help="Keep the k most likely bytes (0: all).")
 @click.option("--top-p", default=1.0, show_default=True, type=float, help="Nucleus sampling mass, in (0, 1].")
@@ -263,7 +262,6 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     if prompt is not None and prompt_file is not None:
         raise ConfigError("give --prompt or --prompt-file, not both")
     filter_logits(torch.zeros(2), temperature, top_k, top_p)  # refuses bad settings with one line
-    tokenizer = read_tokenizer(checkpoint)
     if prompt_file is not None:
         prompt_bytes = bytes(read_bytes(prompt_file))
     else:
@@ -271,11 +269,15 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     if not prompt_bytes:
         prompt_bytes = b"\n"  # an empty prompt starts after a newline
     model, config = load_model(checkpoint)
+    tokenizer = read_tokenizer(checkpoint, model.config.vocab_size)
+    prompts = tokenizer.encode(prompt_bytes)
+    if not len(prompts):  # whitespace alone is no word: start after a line, as an empty prompt does
+        prompts = tokenizer.encode(b"\n")
     runtime = _runtime(device, config.precision if config else "auto", fast_path)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     out = sys.stdout
     out.write(decoder.decode(prompt_bytes))
-    prompts = tokenizer.encode(prompt_bytes).view(-1, 1)  # one stream
+    prompts = prompts.view(-1, 1)  # one stream
     steps = sample(runtime.prepare(model), prompts, max_bytes, temperature, top_k, top_p, seed,
                    autocast_dtype=runtime.autocast_dtype)
     for tokens in steps:
@@ -434,7 +436,7 @@ def analyze():
 @click.option("--max-tokens", default=None, type=click.IntRange(min=2), help="Score only the first N tokens of the split, for a quick look [default: all].")
 @click.option("--device", default="auto", show_default=True)
 @click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")
-@click.option("--out", default=None, type=click.Path(path_type=Path), help="Folder for the JSON and PNG files [default: CHECKPOINT/analysis].")
+@click.option("--out", default=None, type=click.Path(path_type=Path), help="Folder for the JSON and PNG files [default: RUN/analysis; required for a checkpoint or an exported folder].")
 def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, device, fast_path, out):
     """Where a model's bits fall within words, and what converting its perplexity to
     another tokenization's hides (paper §6.1; docs/tokenization.md): for a byte model,
@@ -443,18 +445,22 @@ def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, d
     word by number of pieces; for a words model, its totals. CHECKPOINT: a run folder (its
     best checkpoint), a checkpoint or an exported folder."""
     from .analysis import analyze as analyze_split
-    from .analysis import check_tokenizer, format_report, write_report
+    from .analysis import format_report, kind, write_report
     from .checkpoint import load_model, read_tokenizer, resolve
     from .data import load_corpus
     from .errors import CheckpointError, ConfigError
     from .progress import ProgressDisplay
+    from .tokenizer import check_same
 
     model, config = load_model(checkpoint)
     if config is None:
         raise CheckpointError(f"{checkpoint} records no training data (no train_config.yaml): nothing to analyze")
-    tokenizer = read_tokenizer(checkpoint)
+    tokenizer = read_tokenizer(checkpoint, model.config.vocab_size)
+    kind(tokenizer)  # refuses a tokenizer with no analysis
+    if out is None and resolve(checkpoint) == checkpoint.resolve():  # not a run folder: keep the checkpoint as it is
+        raise ConfigError(f"{checkpoint} is not a run folder: give --out DIR (the default, RUN/analysis, is in a run)")
     corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
-    check_tokenizer(model, tokenizer, corpus.tokenizer)
+    check_same(tokenizer, corpus.tokenizer, config.data)
     runtime = _runtime(device, config.precision, fast_path)
     window = bptt or config.bptt
     try:

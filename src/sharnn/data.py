@@ -118,7 +118,9 @@ def _load_prepared(path: Path) -> Corpus:
     try:
         meta = json.loads((path / "meta.json").read_text())
         dtype = np.dtype(meta.get("dtype", "uint8"))
-    except (OSError, ValueError, TypeError) as e:
+        if dtype.kind != "u":
+            raise ValueError(f"token ids must be unsigned integers, not {dtype}")
+    except (OSError, ValueError, TypeError, AttributeError) as e:  # AttributeError: not a JSON object
         raise DataError(f"prepared corpus {path}: unreadable meta.json ({e}); prepare it again") from None
     tokenizer = load_tokenizer(path)
     if tokenizer.name != meta.get("tokenizer", "bytes"):
@@ -131,10 +133,11 @@ def _load_prepared(path: Path) -> Corpus:
             raise DataError(f"prepared corpus {path} is missing {file.name}; prepare it again")
         size, expected = file.stat().st_size, meta.get(f"{name}_tokens", meta.get(f"{name}_bytes"))
         if size % dtype.itemsize or (expected is not None and size // dtype.itemsize != expected):
-            raise DataError(f"prepared corpus {path}: {file.name} has {size:,} bytes, not the {expected:,} "
+            recorded = f"the {expected:,}" if expected is not None else "whole"
+            raise DataError(f"prepared corpus {path}: {file.name} has {size:,} bytes, not {recorded} "
                             f"{dtype} tokens meta.json records; prepare it again")
         splits.append(np.memmap(file, dtype=dtype, mode="c") if size else np.zeros(0, dtype))
-    words = {name: meta[f"{name}_words"] for name in SPLITS} if "train_words" in meta else None
+    words = {name: meta[f"{name}_words"] for name in SPLITS} if all(f"{s}_words" in meta for s in SPLITS) else None
     return Corpus(*splits, source=str(path), tokenizer=tokenizer, words=words)
 
 
@@ -220,7 +223,11 @@ def prepare_corpus(
     """
     out = Path(out)
     _check_new_folder(out)
+    if tokenizer == "words":
+        raise DataError("the words tokenizer is exact only on WikiText's format: use sharnn prepare wikitext-2")
     corpus = load_corpus(str(source), valid_fraction, test_fraction)
+    if not corpus.tokenizer.is_bytes:
+        raise DataError(f"{source} is a corpus of {corpus.tokenizer.name} tokens, not text: prepare from its text")
     texts = [bytes(corpus.split(name)) for name in SPLITS] if tokenizer != "bytes" else None
     if texts is not None:  # move each cut off a UTF-8 continuation byte
         data = b"".join(texts)
@@ -415,7 +422,7 @@ def _write_splits(out: Path, staging: Path, splits, tokenizer: Tokenizer, meta: 
             f.flush()
             os.fsync(f.fileno())
         meta[f"{name}_tokens"] = int(len(data))
-        meta[f"{name}_bytes"] = int(len(data)) if tokenizer.name == "bytes" else int(lengths[np.asarray(data)].sum())
+        meta[f"{name}_bytes"] = int(len(data)) if tokenizer.is_bytes else int(lengths[np.asarray(data)].sum())
     (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     os.replace(staging, out)
 

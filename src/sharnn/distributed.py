@@ -198,7 +198,8 @@ class Distributed:
 
     def combine(self, result: EvalResult) -> EvalResult:
         """One score from each process's score of its block of streams: the total
-        negative log-likelihood over the total number of predicted tokens."""
+        negative log-likelihood over the total number of predicted tokens, and the bytes
+        and words those tokens stand for, summed."""
         if self.world_size == 1:
             return result
         words = result.words is not None

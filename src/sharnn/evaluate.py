@@ -3,8 +3,8 @@
 The split is laid out as ``streams`` contiguous streams (16 for valid, 8 for test in the
 paper), read in windows of ``bptt`` with the LSTM state and attention memory carried
 from window to window, starting cold. Every token after the first of each stream is
-predicted exactly once; the result is the total negative log-likelihood over exactly
-those predictions (the original code divided by one row too many: a relative bias of
+predicted exactly once; the result is the negative log-likelihood over exactly those
+predictions (their total, and its mean per token) (the original code divided by one row too many: a relative bias of
 1/rows, a few parts per million on enwik8).
 
 One total, three figures (paper §6.1, docs/tokenization.md): bits per byte of the text
@@ -42,7 +42,7 @@ class EvalResult:
     before each line's end), else None.
 
     ``bits``: the total in bits; ``bpc``: bits per byte of text (``bits / bytes``);
-    ``perplexity``: per token (``e^nats``); ``word_perplexity``: ``2^(bits / words)``
+    ``bits_per_token``: ``nats / ln 2``; ``perplexity``: per token (``e^nats``); ``word_perplexity``: ``2^(bits / words)``
     (None without words). A perplexity that overflows a float is ``inf``.
     """
 
@@ -62,6 +62,10 @@ class EvalResult:
     @property
     def bpc(self) -> float:
         return self.bits / self.bytes
+
+    @property
+    def bits_per_token(self) -> float:
+        return self.nats / math.log(2)
 
     @property
     def perplexity(self) -> float:
@@ -109,9 +113,13 @@ def evaluate(
         :class:`EvalResult` (over the streams of ``block``).
 
     Raises:
-        DataError: if the split has fewer than 2 bytes per stream.
+        DataError: if the split has fewer than 2 tokens per stream, or holds ids wider
+            than bytes with no tokenizer given (its bits per byte would be per token).
         ConfigError: a window longer than the model's attention span (from the model).
     """
+    if tokenizer is None and np.asarray(data).dtype != np.uint8:
+        raise DataError(f"token ids of dtype {np.asarray(data).dtype}: pass the corpus's tokenizer, which the bytes "
+                        f"per token come from")
     batched = batchify(data, streams)[:, block or slice(None)]
     rows = batched.shape[0]
     if rows < 2:
@@ -134,7 +142,7 @@ def evaluate(
 
 def predicted_text(targets: Tensor, tokenizer: Tokenizer, count_words: bool) -> tuple[int, int | None]:
     """``(bytes, words + <eos> or None)`` of the text the target ids ``[T, B]`` stand for."""
-    if tokenizer.name == "bytes" and not count_words:
+    if tokenizer.is_bytes and not count_words:
         return targets.numel(), None
     ids = targets.numpy().ravel()
     size = int(tokenizer.byte_lengths()[ids].sum())

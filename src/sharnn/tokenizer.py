@@ -67,6 +67,10 @@ class Tokenizer:
         may stop inside a character)."""
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
+    @property
+    def is_bytes(self) -> bool:
+        return self.name == "bytes"
+
     def byte_lengths(self) -> np.ndarray:
         """int64 ``[vocab_size]``: how many bytes each token id stands for."""
         return np.array([len(b) for b in self.token_bytes], dtype=np.int64)
@@ -116,7 +120,7 @@ class WordTokenizer(Tokenizer):
     @classmethod
     def train(cls, data: bytes) -> WordTokenizer:
         """The vocabulary of ``data`` (the train split), in order of first appearance."""
-        vocab = dict.fromkeys(word for line in _lines(data) for word in line.split())
+        vocab = dict.fromkeys(word for line in _utf8(data).split("\n") for word in line.split())
         vocab[EOS] = None
         return cls(list(vocab))
 
@@ -198,6 +202,23 @@ def check_round_trip(tokenizer: Tokenizer, data: bytes, ids: np.ndarray, what: s
                     f"difference at byte {at:,} of {len(data):,}); this corpus cannot be prepared with it")
 
 
+def check_vocabulary(vocab_size: int, tokenizer: Tokenizer, where: str) -> None:
+    """Raise :class:`DataError` unless a model of ``vocab_size`` token ids fits
+    ``tokenizer`` (the one found in the folder ``where``)."""
+    if vocab_size != tokenizer.vocab_size:
+        found = "no tokenizer.json, so bytes" if tokenizer.name == "bytes" else f"tokenizer.json: {tokenizer.name}"
+        raise DataError(f"{where}: the model has {vocab_size:,} token ids but its tokenizer ({found}) has "
+                        f"{tokenizer.vocab_size:,}; put the tokenizer.json of its run beside it")
+
+
+def check_same(tokenizer: Tokenizer, other: Tokenizer, what: str) -> None:
+    """Raise :class:`DataError` unless ``other`` (that of ``what``, a corpus) is
+    ``tokenizer``: the same bytes for every id."""
+    if tokenizer.token_bytes != other.token_bytes:
+        raise DataError(f"{what} is tokenized with {other.name}, not with the model's tokenizer ({tokenizer.name}): "
+                        f"give the model's own corpus, or prepare one with its tokenizer")
+
+
 def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> None:
     """Write ``folder/tokenizer.json`` atomically (nothing for bytes)."""
     text = tokenizer.to_json()
@@ -240,14 +261,9 @@ def load_tokenizer(folder: str | Path) -> Tokenizer:
         raise DataError(f"{file}: {e}") from None
 
 
-def _lines(data: bytes) -> list[str]:
-    """The text's lines without their ``\\n``, the end of the text after the last ``\\n`` excluded."""
-    return _utf8(data).split("\n")[:-1] if data else []
-
-
 def _text_lines(data: bytes) -> list[str]:
     """The text cut after each ``\\n`` (the newlines kept), for encoding line by line."""
-    return _utf8(data).splitlines(keepends=True)
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", _utf8(data))
 
 
 def _utf8(data: bytes) -> str:

@@ -54,6 +54,7 @@ from .metrics import MetricsLog
 from .model import SHARNN, State
 from .optim import MinTrustLAMB
 from .progress import ProgressDisplay
+from .tokenizer import check_same
 from .runtime import Runtime, autocast, resolve_device
 
 
@@ -429,10 +430,12 @@ class Trainer:
         if refused:
             raise ConfigError(f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
                               f"(only {', '.join(sorted(INIT_CHANGES))} may differ)")
+        check_same(checkpoint.read_tokenizer(source), self.corpus.tokenizer, self.config.data)
         checkpoint.load_weights(self.state.model, source, self.runtime.device)
         return source
 
     def _resume(self, changes: dict[str, list]) -> None:
+        check_same(checkpoint.read_tokenizer(self.checkpoints.latest), self.corpus.tokenizer, self.config.data)
         saved = self.checkpoints.load_latest(self.config.model.n_layers, self.runtime.device)
         try:
             self.state.load_state_dict(saved)
@@ -652,7 +655,7 @@ class Trainer:
 
     def _print_sample(self) -> None:
         tokenizer, n = self.corpus.tokenizer, self.config.sample_bytes
-        unit = "bytes" if tokenizer.name == "bytes" else f"{tokenizer.name} tokens"
+        unit = "bytes" if tokenizer.is_bytes else f"{tokenizer.name} tokens"
         prompt = torch.from_numpy(self.corpus.test[:256].astype(np.int64))
         steps = generate(self.state.model, prompt.view(-1, 1), n, temperature=0.8,
                          seed=self.config.seed, autocast_dtype=self.runtime.autocast_dtype)
@@ -710,7 +713,7 @@ def check_corpus(config: TrainConfig, corpus) -> None:
         DataError, ConfigError.
     """
     tokenizer, vocab = corpus.tokenizer, config.model.vocab_size
-    if vocab < tokenizer.vocab_size or (vocab != tokenizer.vocab_size and tokenizer.name != "bytes"):
+    if vocab < tokenizer.vocab_size or (vocab != tokenizer.vocab_size and not tokenizer.is_bytes):
         raise ConfigError(f"model.vocab_size is {vocab:,} but the corpus {config.data} is tokenized with "
                           f"{tokenizer.name} ({tokenizer.vocab_size:,} token ids): set model.vocab_size={tokenizer.vocab_size}")
     need = config.train_streams * (config.bptt + 1)
@@ -728,9 +731,10 @@ def check_corpus(config: TrainConfig, corpus) -> None:
 def mean_bytes_per_token(corpus) -> float:
     """The train split's bytes per token (1 for bytes): training logs its loss in bits
     per token over this, an estimate of its bits per byte (evaluations count exactly)."""
-    if corpus.tokenizer.name == "bytes":
+    if corpus.tokenizer.is_bytes:
         return 1.0
-    return float(corpus.tokenizer.byte_lengths()[corpus.train].mean())
+    counts = np.bincount(corpus.train, minlength=corpus.tokenizer.vocab_size)  # no int64 copy of the split
+    return float(counts @ corpus.tokenizer.byte_lengths() / len(corpus.train))
 
 
 def scores(result: EvalResult) -> dict:
@@ -739,7 +743,7 @@ def scores(result: EvalResult) -> dict:
     ``word_perplexity`` (WikiText)."""
     figures = {"bpc": result.bpc, "nats": result.nats}
     if result.bytes != result.tokens:
-        figures.update(bits_per_token=result.nats / math.log(2), perplexity=result.perplexity)
+        figures.update(bits_per_token=result.bits_per_token, perplexity=result.perplexity)
     if result.word_perplexity is not None:
         figures["word_perplexity"] = result.word_perplexity
     return figures
