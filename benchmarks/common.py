@@ -257,3 +257,12 @@ def parse_throughput_args(parser: argparse.ArgumentParser, presets: Callable[[ar
         return args, resolve_device(args.device), {p: load_config(p, args.overrides) for p in presets(args)}
     except ConfigError as e:
         parser.error(str(e))
+
+
+def stop_reason(config, summary: dict) -> str:
+    """What ended the run: ``max_steps``, ``epochs`` or else the ``budget``."""
+    if config.max_steps > 0 and summary["steps"] >= config.max_steps:
+        return "max_steps"
+    if summary["epochs"] >= config.epochs:
+        return "epochs"
+    return "budget"

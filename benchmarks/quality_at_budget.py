@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS, environment, print_table, read_metrics, write_json
+from common import RESULTS, environment, print_table, read_metrics, stop_reason, write_json
 from sharnn import load_config
 from sharnn.errors import SharnnError, TrainingDiverged
 from sharnn.runtime import resolve_device
@@ -72,15 +72,6 @@ def fresh_folder(out: str | None) -> Path:
         n += 1
         folder = base.with_name(f"{base.name}-{n}")
     return folder
-
-
-def stop_reason(config, summary: dict) -> str:
-    """What ended the run: ``max_steps``, ``epochs`` or else the ``budget``."""
-    if config.max_steps > 0 and summary["steps"] >= config.max_steps:
-        return "max_steps"
-    if summary["epochs"] >= config.epochs:
-        return "epochs"
-    return "budget"
 
 
 def run_result(name: str, preset: str, settings: str, overrides: list[str], config, summary: dict, run_dir: Path) -> dict:

@@ -75,9 +75,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import torch
-
-from common import environment, print_table, read_metrics, write_json
+from common import environment, print_table, read_metrics, stop_reason, write_json
 from sharnn.config import load_config
 from sharnn.errors import SharnnError
 from sharnn.runtime import resolve_device
@@ -176,15 +174,6 @@ def train_overrides(tokenizer: str, seed: int, seconds: float, corpus: Path, met
 
 
 # ----------------------------------------------------------------------------- results of one run
-
-
-def stop_reason(config, summary: dict) -> str:
-    """What ended the run: ``max_steps``, ``epochs`` or else the ``budget``."""
-    if config.max_steps > 0 and summary["steps"] >= config.max_steps:
-        return "max_steps"
-    if summary["epochs"] >= config.epochs:
-        return "epochs"
-    return "budget"
 
 
 def train_curve(records: list[dict]) -> list[dict]:

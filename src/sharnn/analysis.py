@@ -37,12 +37,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data import batchify, bptt_windows, get_batch
 from .errors import DataError
+from .evaluate import score_windows
 from .files import write_atomically
 from .model import SHARNN
 from .progress import ProgressDisplay
-from .runtime import autocast
 from .tokenizer import Tokenizer
 
 LN2 = math.log(2)
@@ -86,27 +85,18 @@ def token_scores(
         DataError: if the split has fewer than 2 tokens per stream.
         ConfigError: a window longer than the model's attention span (from the model).
     """
-    batched = batchify(data, streams)
-    rows = batched.shape[0]
-    if rows < 2:
-        raise DataError(f"split of {len(data):,} tokens is too small for {streams} streams")
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
+    rows = len(data) // streams
     surprisal = np.full((streams, rows), np.nan)  # [B, rows]: stream b holds data[b*rows : (b+1)*rows]
     entropy = np.full((streams, rows), np.nan)
-    state = None
-    for row, length in bptt_windows(rows, bptt):
-        inputs, targets = get_batch(batched, row, length, device)
-        with autocast(device.type, autocast_dtype):
-            logits, state = model(inputs, state)
-        logp = F.log_softmax(logits.float(), dim=-1)
+
+    def keep(row: int, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        logp = F.log_softmax(logits, dim=-1)
         nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        surprisal[:, row + 1 : row + 1 + length] = nll.t().double().cpu().numpy() / LN2
-        entropy[:, row + 1 : row + 1 + length] = torch.special.entr(logp.exp()).sum(-1).t().double().cpu().numpy() / LN2
-        if progress is not None:
-            progress.update((row + length) / (rows - 1))
-    model.train(was_training)
+        predicted = slice(row + 1, row + 1 + len(targets))
+        surprisal[:, predicted] = nll.t().double().cpu().numpy() / LN2
+        entropy[:, predicted] = torch.special.entr(logp.exp()).sum(-1).t().double().cpu().numpy() / LN2
+
+    score_windows(model, data, streams, bptt, keep, autocast_dtype, progress)
     return _pad(surprisal.reshape(-1), len(data)), _pad(entropy.reshape(-1), len(data))
 
 

@@ -195,7 +195,7 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     from .checkpoint import load_model, read_tokenizer
     from .config import TrainConfig
     from .data import load_corpus, read_bytes
-    from .errors import CheckpointError, ConfigError
+    from .errors import CheckpointError
     from .evaluate import evaluate
     from .tokenizer import check_same
     from .progress import ProgressDisplay
@@ -207,11 +207,7 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
             raise CheckpointError(f"{checkpoint} records no training data (no train_config.yaml): give --file FILE")
         config = TrainConfig(model=model.config)
     runtime = _runtime(device, config.precision, fast_path)
-    window = bptt or config.bptt
-    try:
-        config.model.check_window(window)
-    except ConfigError as e:
-        raise ConfigError(f"--bptt: {e}") from None
+    window = _window(config, bptt)
     if file is not None:
         data, what, default_streams = tokenizer.ids(bytes(read_bytes(file))), str(file), config.test_streams
     else:
@@ -401,6 +397,19 @@ def _write_output(dest: Path, data: bytes) -> None:
         write_atomically(dest, data)
 
 
+def _window(config, bptt: int | None) -> int:
+    """The evaluation window: ``--bptt`` or the run's, refused in one line when the model's
+    attention span cannot take it."""
+    from .errors import ConfigError
+
+    window = bptt or config.bptt
+    try:
+        config.model.check_window(window)
+    except ConfigError as e:
+        raise ConfigError(f"--bptt: {e}") from None
+    return window
+
+
 def _runtime(device: str, precision: str, fast_path: str):
     """Evaluation and generation run the way the checkpoint's run did, on this machine's
     device, without compilation."""
@@ -462,11 +471,7 @@ def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, d
     corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
     check_same(tokenizer, corpus.tokenizer, config.data)
     runtime = _runtime(device, config.precision, fast_path)
-    window = bptt or config.bptt
-    try:
-        config.model.check_window(window)
-    except ConfigError as e:
-        raise ConfigError(f"--bptt: {e}") from None
+    window = _window(config, bptt)
     streams = streams or (config.valid_streams if split == "valid" else config.test_streams)
     data = corpus.split(split)[:max_tokens]
     with ProgressDisplay("analyze") as progress:

@@ -16,6 +16,7 @@ and the model's own per-token perplexity. Each token stands for exact bytes
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +121,40 @@ def evaluate(
     if tokenizer is None and np.asarray(data).dtype != np.uint8:
         raise DataError(f"token ids of dtype {np.asarray(data).dtype}: pass the corpus's tokenizer, which the bytes "
                         f"per token come from")
+    total = torch.zeros((), dtype=torch.float64, device=next(model.parameters()).device)
+
+    def add(row: int, logits: Tensor, targets: Tensor) -> None:
+        total.add_(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").double())
+
+    batched = score_windows(model, data, streams, bptt, add, autocast_dtype, progress, block)
+    tokens = (batched.shape[0] - 1) * batched.shape[1]
+    return EvalResult(total.item() / tokens, tokens, *predicted_text(batched[1:], tokenizer or ByteTokenizer(), count_words))
+
+
+def score_windows(
+    model: SHARNN,
+    data: np.ndarray,
+    streams: int,
+    bptt: int,
+    score: Callable[[int, Tensor, Tensor], None],
+    autocast_dtype: torch.dtype | None = None,
+    progress: ProgressDisplay | None = None,
+    block: slice | None = None,
+) -> Tensor:
+    """The protocol's walk over a split (module docstring), shared by :func:`evaluate` and
+    :func:`sharnn.analysis.token_scores`: ``data`` ``[N]`` laid out as ``streams`` streams
+    (those of ``block``), read in windows of ``bptt`` with the state carried from a cold
+    start; ``score(row, logits, targets)`` gets each window's fp32 logits ``[T, B, V]``
+    and targets ``[T, B]`` (rows ``row+1 .. row+T``). Call under ``torch.no_grad()``; the
+    model is put in eval mode and returned to its previous mode.
+
+    Returns:
+        the batchified split ``[rows, B]``.
+
+    Raises:
+        DataError: fewer than 2 tokens per stream.
+        ConfigError: a window longer than the model's attention span (from the model).
+    """
     batched = batchify(data, streams)[:, block or slice(None)]
     rows = batched.shape[0]
     if rows < 2:
@@ -127,17 +162,16 @@ def evaluate(
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=device)
     state = None
     for row, length in bptt_windows(rows, bptt):
         inputs, targets = get_batch(batched, row, length, device)
-        nll, state = window_nll(model, inputs, targets, state, autocast_dtype)
-        total += nll
+        with autocast(device.type, autocast_dtype):
+            logits, state = model(inputs, state)
+        score(row, logits.float(), targets)
         if progress is not None:
             progress.update((row + length) / (rows - 1))
     model.train(was_training)
-    tokens = (rows - 1) * batched.shape[1]
-    return EvalResult(total.item() / tokens, tokens, *predicted_text(batched[1:], tokenizer or ByteTokenizer(), count_words))
+    return batched
 
 
 def predicted_text(targets: Tensor, tokenizer: Tokenizer, count_words: bool) -> tuple[int, int | None]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ TOKENIZER_FILE = "tokenizer.json"
 EOS = "<eos>"
 
 
-class Tokenizer:
+class Tokenizer(ABC):
     """What every tokenizer provides. ``name``: ``bytes``, ``words`` or ``bpe:N``;
     ``vocab_size``: the number of token ids; ``token_bytes``: the bytes each id stands for."""
 
@@ -46,10 +47,10 @@ class Tokenizer:
     vocab_size: int
     token_bytes: list[bytes]
 
+    @abstractmethod
     def ids(self, data: bytes) -> np.ndarray:
         """Text bytes -> int64 token ids ``[N]``. Raises :class:`DataError` for text this
         tokenizer cannot represent (a word outside the vocabulary; invalid UTF-8 for bpe)."""
-        raise NotImplementedError
 
     def encode(self, text: str | bytes) -> Tensor:
         """``str`` (UTF-8 encoded) or ``bytes`` -> int64 token ids ``[N]``."""
@@ -80,9 +81,9 @@ class Tokenizer:
         (in WikiText, one for each word and each ``<eos>``)."""
         return np.array([b.count(b" ") for b in self.token_bytes], dtype=np.int64)
 
+    @abstractmethod
     def to_json(self) -> str | None:
         """The contents of ``tokenizer.json`` (None for bytes: no file)."""
-        raise NotImplementedError
 
 
 class ByteTokenizer(Tokenizer):
