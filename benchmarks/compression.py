@@ -48,7 +48,7 @@ import zstandard
 from common import enwik8_head, environment, parse_args_with_overrides, print_table, write_json
 from sharnn.checkpoint import load_model
 from sharnn.compress import compress, decompress, online_config, online_model, read_header
-from sharnn.data import load_corpus
+from sharnn.data import bundled_wikitext2, load_corpus
 from sharnn.errors import SharnnError
 
 matplotlib.use("Agg")
@@ -56,7 +56,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ("enwik8-head-test", "enwik8-head", "wikitext2-test")
-WIKITEXT = ROOT.parent / "shared" / "data" / "wikitext-2" / "test.txt.gz"
+WIKITEXT = bundled_wikitext2() / "test.txt.gz"
 REPEATS = 3  # of each baseline; the median is reported
 
 BASELINES = {

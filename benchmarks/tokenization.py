@@ -6,7 +6,7 @@ Everything goes through the command line, one subprocess per step, so that each 
 isolated and every number is the CLI's own. For each tokenizer (``--tokenizers``), then
 each seed (``--seeds``), one after another:
 
-1. ``sharnn prepare wikitext-2 --source SOURCE --tokenizer T --out DATA/wikitext-2-NAME``
+1. ``sharnn prepare wikitext-2 [--source SOURCE] --tokenizer T --out DATA/wikitext-2-NAME``
    (NAME: ``bytes``, ``words``, ``bpe1k`` for ``bpe:1000``, ``bpe8k``, ``bpe1500`` ...),
    skipped when that folder exists and its ``meta.json`` names WikiText-2 and ``T``;
 2. ``sharnn train --preset P --out RUNS/NAME-seedS --quiet max_steps=0 epochs=1000
@@ -472,7 +472,7 @@ def read_analysis(run_dir: Path, expected_tokens: int) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", default="../shared/data/wikitext-2", help="WikiText-2 for `sharnn prepare` [%(default)s]")
+    parser.add_argument("--source", default=None, help="WikiText-2 for `sharnn prepare` [default: the bundled copy]")
     parser.add_argument("--data", default="data", help="folder of the prepared corpora, reused when there [%(default)s]")
     parser.add_argument("--tokenizers", default=DEFAULT_TOKENIZERS, help="comma list: bytes, words, bpe:N [%(default)s]")
     parser.add_argument("--seconds", type=float, default=600.0, help="training wall clock per run [%(default)s]")
@@ -541,8 +541,9 @@ def main(argv: list[str] | None = None) -> int:
             if tokenizer not in metas:
                 meta = read_meta(corpus, tokenizer)
                 if meta is None:
-                    run_command(["prepare", "wikitext-2", "--source", args.source, "--tokenizer", tokenizer,
-                                 "--out", corpus], result["commands"])
+                    source = ["--source", args.source] if args.source else []
+                    run_command(["prepare", "wikitext-2", *source, "--tokenizer", tokenizer, "--out", corpus],
+                                result["commands"])
                     meta = read_meta(corpus, tokenizer)
                 else:
                     print(f"reusing the prepared corpus {corpus}")

@@ -19,9 +19,10 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from sharnn.cli import main
+from sharnn.data import bundled_wikitext2
 
-# WikiText-2 (tokenized v1), from the shared data folder beside the repository.
-WIKITEXT2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2"
+# WikiText-2 (tokenized v1), the copy bundled with the package: {train,valid,test}.txt.gz.
+WIKITEXT2 = bundled_wikitext2()
 
 # A tiny SHA-RNN (d 32, Boom 64, span 48) on windows of 16 bytes x 4 streams.
 SMALL = [

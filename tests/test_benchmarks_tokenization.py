@@ -20,13 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import SUBPROCESS_ENV
+from helpers import SUBPROCESS_ENV, WIKITEXT2
 from sharnn.analysis import byte_report, piece_table
 from sharnn.config import load_config, to_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "tokenization.py"
-WIKITEXT2 = ROOT.parent / "shared" / "data" / "wikitext-2"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import tokenization as tk  # noqa: E402
 
@@ -361,8 +360,8 @@ def test_the_plan_prepares_trains_resumes_analyzes_and_goes_on_after_a_failure(t
     fail["bpe:1000"] = 1
     assert tk.main(argv) == 1  # a failed step: the others still run
     assert commands == [["train", "--resume", str(unfinished)], ["analyze", "tokenization", str(unfinished)],
-                        ["prepare", "wikitext-2", "--source"], ["train", "--preset", "wikitext2-bpe8k-tiny"],
-                        ["prepare", "wikitext-2", "--source"], ["train", "--preset", "wikitext2-words-tiny"],
+                        ["prepare", "wikitext-2", "--tokenizer"], ["train", "--preset", "wikitext2-bpe8k-tiny"],
+                        ["prepare", "wikitext-2", "--tokenizer"], ["train", "--preset", "wikitext2-words-tiny"],
                         ["analyze", "tokenization", str(tk.run_folder(runs, "words", 1))]]
     result = json.loads((tmp_path / "r.json").read_text())
     assert [("error" in r) for r in result["runs"]] == [False, True, False]

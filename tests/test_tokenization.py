@@ -66,12 +66,16 @@ def test_words_reproduce_the_published_counts_and_vocabulary(words):
     assert corpus.tokenizer.decode_bytes(corpus.test) == text("test")
 
 
-def test_prepare_wikitext2_command_reports_the_counts(tmp_path):
-    result = cli("prepare", "wikitext-2", "--source", WIKITEXT2, "--tokenizer", "words", "--out", tmp_path / "w")
+def test_prepare_wikitext2_command_uses_the_bundled_copy_and_reports_the_counts(tmp_path, words):
+    result = cli("prepare", "wikitext-2", "--tokenizer", "words", "--out", tmp_path / "w")  # no --source
     assert_ok(result)
     for split, count in COUNTS.items():
         assert f"{split}: {count:,} tokens" in result.stdout
     assert "33,278 token ids" in result.stdout
+    assert json.loads((tmp_path / "w" / "meta.json").read_text())["source"] == "bundled"
+    bundled, given = load_corpus(str(tmp_path / "w")), load_corpus(str(words))  # words: --source WIKITEXT2
+    for split in COUNTS:
+        assert np.array_equal(bundled.split(split), given.split(split))
 
 
 def test_bpe_round_trips_every_split_and_is_deterministic(tmp_path):

@@ -88,8 +88,9 @@ def prepare_enwik8_command(source, out):
 
 
 @prepare.command("wikitext-2")
-@click.option("--source", required=True, type=click.Path(path_type=Path),
-              help="wikitext-2-v1.zip, or a folder with wiki.{train,valid,test}.tokens or {train,valid,test}.txt (.gz or not).")
+@click.option("--source", default=None, type=click.Path(path_type=Path),
+              help="wikitext-2-v1.zip, or a folder with wiki.{train,valid,test}.tokens or {train,valid,test}.txt "
+                   "(.gz or not) [default: the copy bundled with sharnn].")
 @click.option("--tokenizer", default="words", show_default=True, help="bytes, words or bpe:N (e.g. bpe:8000).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
 def prepare_wikitext2_command(source, tokenizer, out):

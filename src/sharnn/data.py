@@ -47,6 +47,12 @@ WIKITEXT2 = {
 WIKITEXT2_TYPES = 33_278  # the train split's words with <eos>; valid and test have no others
 
 
+def bundled_wikitext2() -> Path:
+    """The folder of the WikiText-2 v1 copy bundled with sharnn: ``{train,valid,test}.txt.gz``
+    (CC BY-SA 3.0; provenance and checksums in ``src/sharnn/corpora/README.md``)."""
+    return Path(str(resources.files("sharnn") / "corpora" / "wikitext-2"))
+
+
 @dataclass
 class Corpus:
     """The three splits of a corpus, each a 1-D array of token ids (possibly
@@ -274,13 +280,14 @@ def _character_start(data: bytes, i: int) -> int:
     return i
 
 
-def prepare_wikitext2(source: str | Path, out: str | Path, tokenizer: str = "words") -> Path:
+def prepare_wikitext2(source: str | Path | None, out: str | Path, tokenizer: str = "words") -> Path:
     """Check and tokenize WikiText-2 (v1, tokenized) into a prepared corpus folder
     (docs/tokenization.md).
 
     Args:
         source: the official ``wikitext-2-v1.zip``, or a folder holding the three splits
-            as ``wiki.SPLIT.tokens`` or ``SPLIT.txt`` (either may end in ``.gz``).
+            as ``wiki.SPLIT.tokens`` or ``SPLIT.txt`` (either may end in ``.gz``); None for
+            the copy bundled with sharnn (:func:`bundled_wikitext2`), checked the same way.
         out: the folder to create; it must not exist yet.
         tokenizer: ``bytes``, ``words`` or ``bpe:N`` (trained on the train split).
 
@@ -296,6 +303,8 @@ def prepare_wikitext2(source: str | Path, out: str | Path, tokenizer: str = "wor
     """
     out = Path(out)
     _check_new_folder(out)
+    recorded = "bundled" if source is None else str(source)
+    source = bundled_wikitext2() if source is None else source
     texts = _read_wikitext2(Path(source))
     words = {name: _check_wikitext2(name, text, source) for name, text in texts.items()}
     vocabulary = make_tokenizer("words", texts["train"])
@@ -304,7 +313,7 @@ def prepare_wikitext2(source: str | Path, out: str | Path, tokenizer: str = "wor
                         f"WikiText-2's {WIKITEXT2_TYPES:,}")
     made = vocabulary if tokenizer == "words" else make_tokenizer(tokenizer, texts["train"])
     splits = tokenize_splits(made, texts, str(source))
-    meta = {"source": str(source), "name": "wikitext-2", "types": vocabulary.vocab_size}
+    meta = {"source": recorded, "name": "wikitext-2", "types": vocabulary.vocab_size}
     meta.update({f"{name}_words": count for name, count in words.items()})
     _write_prepared(out, splits, made, meta)
     return out
