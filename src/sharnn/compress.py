@@ -458,7 +458,7 @@ def _parse_header(text: bytes, name: str) -> object:
     def no_duplicates(pairs: list) -> dict:
         keys = [key for key, _ in pairs]
         if len(set(keys)) != len(keys):
-            raise ValueError(f"a key appears twice ({sorted(k for k in set(keys) if keys.count(k) > 1)[0]!r})")
+            raise ValueError(f"a key appears twice ({min(k for k in set(keys) if keys.count(k) > 1)!r})")
         return dict(pairs)
 
     def no_constant(constant: str):
@@ -542,11 +542,11 @@ def _layout_problem(header: Header) -> str | None:
         return f"mode is {header.mode} but its online settings are {'absent' if header.online is None else 'present'}"
     if header.storage == "stored":
         if streams or header.stream_crc32:
-            return f"stored file has streams {streams} and {len(header.stream_crc32)} stream CRC32s (it has none)"
+            return f"streams is {streams} with {len(header.stream_crc32)} stream CRC32s in a stored file (it has none)"
         if size != n:
-            return f"stored file has payload_bytes {size:,} for a length of {n:,} (its payload is the input)"
+            return f"payload_bytes is {size:,} for a length of {n:,} in a stored file (its payload is the input)"
         if header.coded_bytes is None or header.coded_bytes <= n:
-            return f"stored file has coded_bytes {header.coded_bytes} for a length of {n:,} (coding gave more)"
+            return f"coded_bytes is {header.coded_bytes} for a length of {n:,} in a stored file (coding gave more)"
         return None
     if header.coded_bytes is not None:
         return f"coded_bytes is {header.coded_bytes} in a coded file (it is null there)"
