@@ -1,11 +1,15 @@
 """sharnn compress / decompress: byte-exact round trips, a file format that refuses
-corruption, truncation and the wrong model, and a code length equal to the model's."""
+corruption, truncation, hostile headers and the wrong model, input stored raw when coding
+would grow it, files of format 1 still read, and a code length equal to the model's."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import shutil
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +28,13 @@ from sharnn.errors import CheckpointError, ConfigError, DataError
 
 TEXT = ("Ünïcödé ✓ — 日本語のテキスト, emoji 🙂, and plain ASCII.\n" * 12).encode("utf-8")
 TINY_ONLINE = ["model.d_model=32", "model.boom_dim=64", "model.attention_span=48", "bptt=16"]
+DATA = Path(__file__).parent / "data"
+
+
+def coded(data: bytes, model, streams: int = 8, online=None) -> bytes:
+    """The range-coded file of ``data``, never stored raw (to test the coder on any input)."""
+    header, payload = compression._code(data, model, streams=streams, online=online, progress=None)
+    return compression._pack(header) + payload
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +80,19 @@ def test_stream_lengths_cut_the_file_into_contiguous_nearly_equal_streams():
 )
 def test_round_trip_is_byte_exact(model, data, streams):
     assert len(TEXT) % 7 != 0
-    blob = compress(data, model, streams=streams)
+    blob = coded(data, model, streams=streams)
     assert decompress(blob, model) == data
     header, _ = read_header(blob)
-    assert header.length == len(data)
+    assert header.length == len(data) and header.storage == "coded"
     assert header.streams == min(streams, len(data))
+    smaller = compress(data, model, streams=streams)  # coded, or stored raw when that is smaller
+    assert len(smaller) == min(len(blob), len(data) + len(compression._pack(read_header(smaller)[0])))
+    assert decompress(smaller, model) == data
 
 
 def test_64_kb_of_random_bytes_round_trip(model):
     data = np.random.default_rng(0).integers(0, 256, 65_536, dtype=np.uint8).tobytes()
-    blob = compress(data, model, streams=64)
+    blob = coded(data, model, streams=64)
     assert decompress(blob, model) == data
     # random bytes cannot be compressed: about 8 bits per byte (the model's excess is small)
     assert 8.0 <= 8 * len(blob) / len(data) < 8.5
@@ -89,7 +103,7 @@ def test_online_mode_round_trip_without_a_model_file():
     data = TEXT * 3
     blob = compress(data, online_model(config), streams=2, online=config)
     header, payload = read_header(blob)
-    assert header.mode == "online" and header.online["bptt"] == 16
+    assert header.mode == "online" and header.online["bptt"] == 16 and header.storage == "coded"
     assert decompress(blob) == data  # the model is rebuilt from the header and trained identically
     # it learns: the repeated text costs far fewer bits than 8 per byte
     assert 8 * len(payload) / len(data) < 5
@@ -97,7 +111,7 @@ def test_online_mode_round_trip_without_a_model_file():
 
 def test_header_records_streams_crcs_and_the_model(model):
     data = TEXT
-    blob = compress(data, model, streams=3)
+    blob = coded(data, model, streams=3)
     header, payload = read_header(blob)
     lengths = stream_lengths(len(data), 3)
     starts = np.cumsum([0, *lengths])
@@ -128,14 +142,14 @@ def test_code_length_is_the_models_information_content(model):
     """The range coder spends what the model predicts: the payload is within 0.5% (plus a
     few bytes of flush) of the sum of -log2 p over the bytes."""
     data = TEXT * 2
-    blob = compress(data, model, streams=2)
+    blob = coded(data, model, streams=2)
     _, payload = read_header(blob)
     ideal = _ideal_bits(model, data, streams=2)
     assert 8 * len(payload) == pytest.approx(ideal, rel=0.005, abs=64)
 
 
 def test_a_probability_that_differs_on_the_decoder_is_a_crc_error_not_wrong_bytes(model, monkeypatch):
-    blob = compress(TEXT, model, streams=2)
+    blob = coded(TEXT, model, streams=2)
     probabilities = compression._probabilities
 
     def off_by_a_little(logits):
@@ -149,12 +163,12 @@ def test_a_probability_that_differs_on_the_decoder_is_a_crc_error_not_wrong_byte
 
 
 def test_the_wrong_model_and_missing_model_are_refused(model, other_model_dir):
-    blob = compress(TEXT, model)
+    blob = coded(TEXT, model)
     with pytest.raises(CheckpointError, match="not the model it was compressed with"):
         decompress(blob, load_model(other_model_dir)[0])
     with pytest.raises(CheckpointError, match="give it with --model"):
         decompress(blob)
-    online = compress(TEXT[:50], online_model(online_config(TINY_ONLINE)), online=online_config(TINY_ONLINE))
+    online = coded(TEXT[:50], online_model(online_config(TINY_ONLINE)), online=online_config(TINY_ONLINE))
     with pytest.raises(ConfigError, match="online mode"):
         decompress(online, model)
 
@@ -258,16 +272,16 @@ def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
 
 def _as_if_coded_on_cuda(blob: bytes) -> bytes:
     header, payload = read_header(blob)
-    header.environment |= {"device": "cuda", "gpu": "NVIDIA H200"}
+    header.environment |= {"device": "cuda", "gpu": "NVIDIA H200", "cuda": "12.8", "cudnn": 91002}
     return compression._pack(header) + payload
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_file_coded_on_cuda_is_refused_without_cuda(tmp_path, run_dir, model):
-    blob = _as_if_coded_on_cuda(compress(TEXT, model))
+    blob = _as_if_coded_on_cuda(coded(TEXT, model))
     with pytest.raises(ConfigError, match="compressed on CUDA"):
-        decompress(_as_if_coded_on_cuda(compress(TEXT, online_model(online_config(TINY_ONLINE)),
-                                                 online=online_config(TINY_ONLINE))))
+        decompress(_as_if_coded_on_cuda(coded(TEXT, online_model(online_config(TINY_ONLINE)),
+                                              online=online_config(TINY_ONLINE))))
     (tmp_path / "cuda.shz").write_bytes(blob)
     assert_user_error(cli("decompress", tmp_path / "cuda.shz", tmp_path / "out", "--model", run_dir),
                       "compressed on CUDA (NVIDIA H200)")
@@ -280,3 +294,136 @@ def test_round_trip_on_cuda(run_dir):
     blob = compress(TEXT, cuda_model, streams=3)
     assert read_header(blob)[0].environment["device"] == "cuda"
     assert decompress(blob, cuda_model) == TEXT
+
+
+# ---------------------------------------------------------------------------- format 1, stored raw
+
+
+def test_a_format_1_file_made_before_the_stored_mode_decodes_byte_exactly(tmp_path):
+    """tests/data/v1-online.shz was written by sharnn before format 2 (online mode, 2 streams,
+    TINY_ONLINE, one thread, on this project's CPU machine) from tests/data/v1-online.txt."""
+    blob, original = (DATA / "v1-online.shz").read_bytes(), (DATA / "v1-online.txt").read_bytes()
+    assert blob[8:10] == (1).to_bytes(2, "little")
+    header, _ = read_header(blob)
+    assert header.storage == "coded" and header.coded_bytes is None and header.streams == 2
+    assert decompress(blob) == original
+    result = cli("decompress", DATA / "v1-online.shz", tmp_path / "out.txt", "--quiet")
+    assert_ok(result)
+    assert (tmp_path / "out.txt").read_bytes() == original
+    assert "CRC32 of 2 streams checked" in result.stdout
+
+
+def test_input_coding_would_grow_is_stored_raw_and_decodes_without_the_model(model):
+    data = np.random.default_rng(1).integers(0, 256, 600, dtype=np.uint8).tobytes()
+    blob = compress(data, model, streams=2)
+    header, payload = read_header(blob)
+    assert header.storage == "stored" and payload == data and header.streams == 0 and header.stream_crc32 == []
+    assert len(blob) == len(data) + len(compression._pack(header))  # the input plus the header, no more
+    assert header.coded_bytes == len(coded(data, model, streams=2)) > len(blob)
+    assert decompress(blob) == data == decompress(blob, model)  # the model is not needed
+
+
+def test_cli_stores_incompressible_input_raw_and_says_why(tmp_path, run_dir):
+    source, packed, out = tmp_path / "random.bin", tmp_path / "random.shz", tmp_path / "random.out"
+    source.write_bytes(np.random.default_rng(2).integers(0, 256, 600, dtype=np.uint8).tobytes())
+    result = cli("compress", source, packed, "--online", "--streams", "2", "--quiet", *TINY_ONLINE)
+    assert_ok(result)
+    header, _ = read_header(packed.read_bytes())
+    assert header.storage == "stored" and packed.stat().st_size == 600 + len(compression._pack(header))
+    assert f"600 -> {packed.stat().st_size:,} bytes" in result.stdout
+    assert f"stored raw: coding gave {header.coded_bytes:,} bytes" in result.stdout
+    result = cli("decompress", packed, out, "--quiet")
+    assert_ok(result)
+    assert out.read_bytes() == source.read_bytes() and "stored raw, its CRC32 checked" in result.stdout
+    assert_ok(cli("decompress", packed, out, "--model", run_dir, "--force", "--quiet"))  # a model is not used
+    assert out.read_bytes() == source.read_bytes()
+    blob = bytearray(packed.read_bytes())
+    blob[-1] ^= 0x01
+    packed.write_bytes(bytes(blob))
+    assert_user_error(cli("decompress", packed, tmp_path / "flipped", "--quiet"), "payload fails its CRC32 check")
+    assert not (tmp_path / "flipped").exists()
+
+
+def test_cli_refuses_an_online_model_too_large_before_building_it(tmp_path):
+    source = tmp_path / "text.txt"
+    source.write_bytes(TEXT)
+    assert_user_error(cli("compress", source, tmp_path / "out", "--online", "model.d_model=8192",
+                          "model.boom_dim=32768"), "at most 100,000,000")
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------- hostile headers
+
+
+@pytest.fixture(scope="module")
+def online_blob() -> bytes:
+    """A coded online-mode file of TEXT (format 2)."""
+    config = online_config(TINY_ONLINE)
+    return coded(TEXT, online_model(config), streams=2, online=config)
+
+
+def _fields(**changes) -> Callable[[dict], dict]:
+    """A change of the header's fields: ``key=value`` sets a key, ``key=_DROP`` removes it."""
+    def change(fields: dict) -> dict:
+        for key, value in changes.items():
+            if value is _DROP:
+                del fields[key]
+            else:
+                fields[key] = value
+        return fields
+    return change
+
+
+_DROP = object()
+_HUGE_MODEL = {"vocab_size": 256, "d_model": 8192, "n_layers": 2, "boom_dim": 32768, "attention": "single",
+               "attention_span": 48, "dropouti": 0.0, "dropouth": 0.0, "dropouto": 0.0, "layer_norm_eps": 1e-12,
+               "collapsed": False}
+
+# id: (version, change of the fields dict or the header's raw bytes, fragment of the error)
+HOSTILE = {
+    "extra-key": (2, _fields(extra=1), "has unknown keys extra"),
+    "missing-key": (2, _fields(streams=_DROP), "lacks streams"),
+    "json-list": (2, lambda f: [f], "is a JSON list, not an object"),
+    "not-utf8": (2, lambda f: b'{"mode": "\xff\xfe"}', "not UTF-8"),
+    "not-json": (2, lambda f: b'{"mode": ', "not valid JSON"),
+    "duplicate-key": (2, lambda f: b'{"length": 1, ' + json.dumps(f).encode()[1:], "appears twice"),
+    "nan": (2, _fields(length=float("nan")), "NaN is not a number"),
+    "bool-is-not-int": (2, _fields(length=True), "length is true, not an integer"),
+    "float-length": (2, _fields(length=900.0), "length is 900.0, not an integer"),
+    "huge-length": (2, _fields(length=10**12), "length 1,000,000,000,000 is more than"),
+    "zero-streams": (2, _fields(length=300, streams=0, stream_crc32=[]), "streams is 0 for a length of 300"),
+    "streams-vs-crcs": (2, _fields(streams=3), "streams is 3 but it lists 2 stream CRC32s"),
+    "crc-out-of-range": (2, _fields(stream_crc32=[2**32, 0]), "stream_crc32 is [4294967296, 0]"),
+    "negative-payload": (2, _fields(payload_bytes=-4), "payload_bytes is -4"),
+    "bad-mode": (2, _fields(mode="zip"), 'mode is "zip"'),
+    "bad-sha": (2, _fields(model_sha256="abc"), "model_sha256"),
+    "bad-storage": (2, _fields(storage="raw"), 'storage is "raw"'),
+    "coded-bytes-in-coded": (2, _fields(coded_bytes=5), "coded_bytes is 5 in a coded file"),
+    "stored-wrong-size": (2, _fields(storage="stored", coded_bytes=10**6, streams=0, stream_crc32=[]),
+                          "its payload is the input"),
+    "threads-zero": (2, lambda f: _fields(environment=f["environment"] | {"threads": 0})(f), "environment.threads is 0"),
+    "environment-keys": (2, lambda f: _fields(environment={"device": "cpu"})(f), "environment has keys device"),
+    "online-missing": (2, _fields(online=None), "mode is online but its online settings are absent"),
+    "online-invalid": (2, lambda f: _fields(online=f["online"] | {"lr": "fast"})(f), "online settings are invalid"),
+    "online-huge-model": (2, lambda f: _fields(online=f["online"] | {"model": _HUGE_MODEL})(f), "at most 100,000,000"),
+    "v1-with-v2-keys": (1, _fields(), "version-1 header has unknown keys coded_bytes, storage"),
+    "v2-without-storage": (2, _fields(storage=_DROP, coded_bytes=_DROP), "lacks coded_bytes, storage"),
+    "v1-huge-length": (1, _fields(storage=_DROP, coded_bytes=_DROP, length=10**12), "is more than"),
+    "version-3": (3, _fields(), "format version 3; this sharnn reads versions 1, 2"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
+def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_blob, case):
+    """Headers written by the module's own framing (a correct CRC32), whose content is not
+    what the format allows: one line, exit non-zero, nothing written, nothing allocated."""
+    version, change, fragment = HOSTILE[case]
+    header, payload = read_header(online_blob)
+    text = change(dataclasses.asdict(header))
+    text = text if isinstance(text, bytes) else json.dumps(text).encode()
+    packed, out = tmp_path / "hostile.shz", tmp_path / "out"
+    packed.write_bytes(compression._frame(text, version) + payload)
+    line = assert_user_error(cli("decompress", packed, out, "--quiet"), "hostile.shz", fragment)
+    assert not out.exists() and _files_besides(tmp_path, "hostile.shz") == [], line
+    with pytest.raises(DataError):
+        read_header(packed.read_bytes())

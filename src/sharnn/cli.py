@@ -303,7 +303,7 @@ def compress(source, dest, model_path, online, streams, device, force, quiet, ov
     invertible by `sharnn decompress` (docs/compression.md)."""
     from .checkpoint import load_model
     from .compress import compress as encode
-    from .compress import online_config, online_model
+    from .compress import online_config, online_model, read_header
     from .errors import ConfigError
     from .progress import ProgressDisplay
     from .runtime import resolve_device
@@ -325,8 +325,11 @@ def compress(source, dest, model_path, online, streams, device, force, quiet, ov
         blob = encode(data, model, streams=streams, online=settings, progress=progress)
     _write_output(dest, blob)
     seconds = time.perf_counter() - started
+    header = read_header(blob, str(dest))[0]
+    how = (f"stored raw: coding gave {header.coded_bytes:,} bytes" if header.storage == "stored"
+           else f"{header.streams} streams")
     click.echo(f"compressed {source}: {len(data):,} -> {len(blob):,} bytes, "
-               f"{8 * len(blob) / max(len(data), 1):.4f} bits per byte, {min(streams, len(data))} streams, "
+               f"{8 * len(blob) / max(len(data), 1):.4f} bits per byte, {how}, "
                f"{len(data) / seconds:,.0f} bytes/s ({seconds:.1f} s)", err=str(dest) == "-")
 
 
@@ -348,14 +351,16 @@ def decompress(source, dest, model_path, force, quiet):
     _check_destination(source, dest, force)
     blob = _read_input(source)
     header, _ = read_header(blob, str(source))
-    model = None if model_path is None else load_model(model_path, device=coding_device(header, str(source)))[0]
+    stored = header.storage == "stored"  # the input itself: no model needed
+    model = None if model_path is None or stored else load_model(model_path, device=coding_device(header, str(source)))[0]
     started = time.perf_counter()
     with ProgressDisplay("decompress", enabled=not quiet) as progress:
         data = decode(blob, model, name=str(source), progress=progress)
     _write_output(dest, data)
     seconds = time.perf_counter() - started
-    click.echo(f"decompressed {source}: {len(blob):,} -> {len(data):,} bytes, CRC32 of {header.streams} streams "
-               f"checked, {len(data) / seconds:,.0f} bytes/s ({seconds:.1f} s)", err=str(dest) == "-")
+    checked = "stored raw, its CRC32 checked" if stored else f"CRC32 of {header.streams} streams checked"
+    click.echo(f"decompressed {source}: {len(blob):,} -> {len(data):,} bytes, {checked}, "
+               f"{len(data) / seconds:,.0f} bytes/s ({seconds:.1f} s)", err=str(dest) == "-")
 
 
 def _check_destination(source: Path, dest: Path, force: bool) -> None:

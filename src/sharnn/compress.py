@@ -22,6 +22,10 @@ of the stream). Logits become float64 probabilities by one deterministic functio
 both sides. The file records what the result depends on; decompression checks a CRC32
 of the header, of the payload and of every stream's decoded bytes, and writes nothing
 unless all of them match.
+
+When the coded file would be larger than the input stored raw (incompressible input, or
+input the model predicts badly), :func:`compress` stores the input raw instead: the file's
+header says ``storage: "stored"``, and such a file decodes without the model.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import struct
 import zlib
 from collections.abc import Callable
@@ -47,7 +52,13 @@ from .progress import ProgressDisplay
 from .train import build_optimizer, learning_rate, train_step
 
 MAGIC = b"\x89sharnn\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the version compress() writes; version 1 (no storage keys) is still read
+READABLE_VERSIONS = (1, 2)
+MAX_ONLINE_PARAMETERS = 100_000_000  # online models larger than this are refused on both sides
+# A byte under constriction's leaky 24-bit categorical has probability <= 1 - 255 / 2**24,
+# so it costs >= 2.2e-5 bits: a payload of P bits codes fewer than 2**16 * P bytes.
+_BYTES_PER_PAYLOAD_BIT = 2**16
+_MAX_THREADS = 1024
 START_BYTE = 10  # every stream starts after a newline
 _FAMILY = constriction.stream.model.Categorical(perfect=False)
 _PREFIX = struct.Struct("<8sHI")  # magic, format version, header length
@@ -80,6 +91,10 @@ class Header:
             (:func:`environment`).
         online: online mode's settings (:data:`ONLINE_KEYS` of a :class:`TrainConfig`), or None.
         tokenizer: ``"bytes"``.
+        storage: ``"coded"`` (the payload is the range coder's) or ``"stored"`` (the
+            payload is the input itself, ``streams`` 0; the model is not needed to decode).
+        coded_bytes: for a stored file, the size in bytes the coded file would have had;
+            None for a coded file.
     """
 
     mode: str
@@ -92,6 +107,12 @@ class Header:
     environment: dict
     online: dict | None = None
     tokenizer: str = "bytes"
+    storage: str = "coded"
+    coded_bytes: int | None = None
+
+
+_V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {"storage", "coded_bytes"}
+_KEYS = {1: _V1_KEYS, 2: _V1_KEYS | {"storage", "coded_bytes"}}  # the exact keys of each version
 
 
 def model_sha256(model: SHARNN) -> str:
@@ -123,7 +144,12 @@ def online_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
 
 
 def online_model(config: TrainConfig) -> SHARNN:
-    """The fixed-seed initialisation online mode starts from (seeds torch's RNG)."""
+    """The fixed-seed initialisation online mode starts from (seeds torch's RNG).
+
+    Raises:
+        ConfigError: a model of more than :data:`MAX_ONLINE_PARAMETERS` parameters.
+    """
+    _check_online_size(config)
     torch.manual_seed(config.seed)
     return SHARNN(config.model)
 
@@ -150,11 +176,26 @@ def compress(
         progress: shows the fraction coded and the bits per byte so far.
 
     Returns:
-        The compressed file's bytes (header, then the coder's payload).
+        The compressed file's bytes: a header, then the coder's payload; or, when that
+        would be larger, the header and ``data`` itself (``read_header(blob)[0].storage``
+        is then ``"stored"`` and ``.coded_bytes`` the coded file's size), at most
+        ``len(data)`` plus the header.
 
     Raises:
         ConfigError: ``streams`` < 1, or a model that is not byte-level.
     """
+    header, payload = _code(data, model, streams=streams, online=online, progress=progress)
+    coded = _pack(header) + payload
+    stored = _pack(dataclasses.replace(
+        header, storage="stored", coded_bytes=len(coded), streams=0, stream_crc32=[], payload_bytes=len(data),
+        payload_crc32=zlib.crc32(data))) + data
+    return stored if len(stored) < len(coded) else coded
+
+
+def _code(
+    data: bytes, model: SHARNN, *, streams: int, online: TrainConfig | None, progress: ProgressDisplay | None,
+) -> tuple[Header, bytes]:
+    """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
     if streams < 1:
         raise ConfigError(f"streams must be >= 1, got {streams}")
     _check_byte_model(model)
@@ -179,30 +220,37 @@ def compress(
         payload_bytes=len(payload), payload_crc32=zlib.crc32(payload), environment=environment(_device(model)),
         online=None if online is None else _online_settings(online),
     )
-    return _pack(header) + payload
+    return header, payload
 
 
 def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
-    """Split a compressed file into its checked header and payload.
+    """Split a compressed file into its checked header and payload. The header is validated
+    completely (docs/compression.md, "File format") before anything is allocated for it.
+
+    Returns:
+        The :class:`Header` (a version-1 file reads as ``storage="coded"``) and the payload.
 
     Raises:
-        DataError: not a sharnn file, an unknown format version, or a header or payload
-            that is truncated or altered (its CRC32 does not match).
+        DataError: not a sharnn file, an unknown format version, a header or payload that
+            is truncated or altered (its CRC32 does not match), or a header that is not the
+            expected JSON object (keys, types, ranges, or values that contradict each other
+            or the payload's size).
     """
     if blob and len(blob) < _PREFIX.size and MAGIC.startswith(blob[: len(MAGIC)]):
         raise DataError(f"{name} is truncated (its header is incomplete)")
     if len(blob) < _PREFIX.size or blob[: len(MAGIC)] != MAGIC:
         raise DataError(f"{name} is not a sharnn compressed file")
     _, version, size = _PREFIX.unpack_from(blob)
-    if version != FORMAT_VERSION:
-        raise DataError(f"{name} has format version {version}; this sharnn reads version {FORMAT_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise DataError(f"{name} has format version {version}; this sharnn reads versions "
+                        f"{', '.join(map(str, READABLE_VERSIONS))}")
     end = _PREFIX.size + size
     if len(blob) < end + _CRC.size:
         raise DataError(f"{name} is truncated (its header is incomplete)")
     text = blob[_PREFIX.size : end]
     if zlib.crc32(text) != _CRC.unpack_from(blob, end)[0]:
         raise DataError(f"{name} is corrupt: its header fails its CRC32 check")
-    header = Header(**json.loads(text))
+    header = _check_header(_parse_header(text, name), version, name)
     payload = blob[end + _CRC.size :]
     if len(payload) != header.payload_bytes:
         raise DataError(f"{name} is truncated or extended: {len(payload):,} payload bytes, the header says "
@@ -225,15 +273,19 @@ def decompress(
         progress: shows the fraction decoded.
 
     Returns:
-        The original bytes, every stream's CRC32 checked.
+        The original bytes, every stream's CRC32 checked (a stored file's payload, its
+        CRC32 checked; ``model`` is not used).
 
     Raises:
         DataError: a file that is not sharnn's, corrupt, truncated, or that decodes to
-            bytes whose CRC32 differs (another model, machine or library version).
+            bytes whose CRC32 differs (another model, machine or library version), or
+            one whose decoding needs more memory than this machine has.
         CheckpointError: a model-mode file without its model, or with another model.
         ConfigError: an online file given a model.
     """
     header, payload = read_header(blob, name)
+    if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
+        return payload
     if header.mode == "online":
         if model is not None:
             raise ConfigError(f"{name} was compressed in online mode: decompress it without a model")
@@ -261,6 +313,9 @@ def decompress(
             grid = _walk(model, lengths, code, online, progress)
     except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
         raise DataError(f"{name} does not decode: {e}") from None
+    except MemoryError:
+        raise DataError(f"{name}: decoding its {header.length:,} bytes needs more memory than this machine "
+                        "has") from None
     return _check_streams(grid, lengths, header, name, _device(model))
 
 
@@ -386,8 +441,146 @@ def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: s
 
 
 def _pack(header: Header) -> bytes:
-    text = json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode()
-    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(text)) + text + _CRC.pack(zlib.crc32(text))
+    """A version-:data:`FORMAT_VERSION` file's header: prefix, JSON and its CRC32."""
+    return _frame(json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode(), FORMAT_VERSION)
+
+
+def _frame(text: bytes, version: int) -> bytes:
+    """Magic, ``version``, the length of ``text``, ``text`` and its CRC32."""
+    return _PREFIX.pack(MAGIC, version, len(text)) + text + _CRC.pack(zlib.crc32(text))
+
+
+# ---------------------------------------------------------------------------- header validation
+
+
+def _parse_header(text: bytes, name: str) -> object:
+    """The header's JSON (UTF-8; no duplicate keys, no NaN or Infinity), or :class:`DataError`."""
+    def no_duplicates(pairs: list) -> dict:
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a key appears twice ({min(k for k in set(keys) if keys.count(k) > 1)!r})")
+        return dict(pairs)
+
+    def no_constant(constant: str):
+        raise ValueError(f"{constant} is not a number JSON allows")
+
+    try:
+        return json.loads(text.decode("utf-8"), object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except UnicodeDecodeError:
+        raise DataError(f"{name} is corrupt: its header is not UTF-8 text") from None
+    except (ValueError, RecursionError) as e:
+        raise DataError(f"{name} is corrupt: its header is not valid JSON ({e})") from None
+
+
+def _is_count(value: object, most: int | None = None) -> bool:
+    """An int (not a bool) in ``[0, most]``."""
+    return type(value) is int and 0 <= value and (most is None or value <= most)
+
+
+_U32 = 2**32 - 1
+_FIELDS = {  # key: (valid?, what it must be)
+    "mode": (lambda v: v in ("model", "online"), '"model" or "online"'),
+    "model_sha256": (lambda v: isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v) is not None, "64 hex digits"),
+    "length": (_is_count, "an integer >= 0"),
+    "streams": (_is_count, "an integer >= 0"),
+    "stream_crc32": (lambda v: type(v) is list and all(_is_count(c, _U32) for c in v), "a list of CRC32s"),
+    "payload_bytes": (_is_count, "an integer >= 0"),
+    "payload_crc32": (lambda v: _is_count(v, _U32), "a CRC32"),
+    "environment": (lambda v: type(v) is dict, "an object"),
+    "online": (lambda v: v is None or type(v) is dict, "null or an object"),
+    "tokenizer": (lambda v: v == "bytes", '"bytes"'),
+    "storage": (lambda v: v in ("coded", "stored"), '"coded" or "stored"'),
+    "coded_bytes": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
+}
+
+
+def _check_header(fields: object, version: int, name: str) -> Header:
+    """The :class:`Header` of a parsed header of format ``version``: the exact keys of the
+    version, each of its type and range, consistent with each other; or :class:`DataError`."""
+    if type(fields) is not dict:
+        raise DataError(f"{name} is corrupt: its header is a JSON {type(fields).__name__}, not an object")
+    missing, unknown = sorted(_KEYS[version] - fields.keys()), sorted(fields.keys() - _KEYS[version])
+    if missing or unknown:
+        what = [f"lacks {', '.join(missing)}"] * bool(missing) + [f"has unknown keys {', '.join(unknown)}"] * bool(unknown)
+        raise DataError(f"{name} is corrupt: its version-{version} header {' and '.join(what)}")
+    for key, value in fields.items():
+        valid, expected = _FIELDS[key]
+        if not valid(value):
+            shown = json.dumps(value)
+            raise DataError(f"{name} is corrupt: its header's {key} is "
+                            f"{shown if len(shown) <= 40 else shown[:37] + '...'}, not {expected}")
+    header = Header(**fields)
+    for problem in (_environment_problem(header.environment), _layout_problem(header)):
+        if problem:
+            raise DataError(f"{name} is corrupt: its header's {problem}")
+    if header.online is not None:
+        _check_online(header.online, name)
+    return header
+
+
+def _environment_problem(env: dict) -> str | None:
+    """What is wrong with a header's ``environment`` (:func:`environment`), or None."""
+    text, number, maybe = (str,), (int,), type(None)
+    kinds = {"device": text, "torch": text, "threads": number, "cpu_capability": text}
+    if env.get("device") == "cuda":
+        kinds |= {"gpu": text, "cuda": (str, maybe), "cudnn": (int, maybe)}
+    if env.keys() != kinds.keys():
+        return f"environment has keys {', '.join(sorted(env))}, not {', '.join(sorted(kinds))}"
+    wrong = [key for key, allowed in kinds.items() if type(env[key]) not in allowed]
+    wrong = wrong or [key for key, valid in (("device", env["device"] in ("cpu", "cuda")),
+                                             ("threads", 1 <= env["threads"] <= _MAX_THREADS)) if not valid]
+    if wrong:
+        return (f"environment.{wrong[0]} is {json.dumps(env[wrong[0]])[:40]} (device: cpu or cuda; threads: 1 to "
+                f"{_MAX_THREADS})")
+    return None
+
+
+def _layout_problem(header: Header) -> str | None:
+    """What contradicts what in a header's sizes, streams and mode, or None."""
+    n, streams, size = header.length, header.streams, header.payload_bytes
+    if (header.mode == "online") != (header.online is not None):
+        return f"mode is {header.mode} but its online settings are {'absent' if header.online is None else 'present'}"
+    if header.storage == "stored":
+        if streams or header.stream_crc32:
+            return f"streams is {streams} with {len(header.stream_crc32)} stream CRC32s in a stored file (it has none)"
+        if size != n:
+            return f"payload_bytes is {size:,} for a length of {n:,} in a stored file (its payload is the input)"
+        if header.coded_bytes is None or header.coded_bytes <= n:
+            return f"coded_bytes is {header.coded_bytes} for a length of {n:,} in a stored file (coding gave more)"
+        return None
+    if header.coded_bytes is not None:
+        return f"coded_bytes is {header.coded_bytes} in a coded file (it is null there)"
+    if streams != len(header.stream_crc32):
+        return f"streams is {streams} but it lists {len(header.stream_crc32)} stream CRC32s"
+    if streams > n or (streams == 0) != (n == 0):
+        return f"streams is {streams} for a length of {n:,} (between 1 and the length, 0 only for an empty file)"
+    if size % 4 or (size == 0) != (n == 0):
+        return f"payload_bytes is {size:,} for a length of {n:,} (32-bit words, none only for an empty file)"
+    if n > _BYTES_PER_PAYLOAD_BIT * 8 * size:
+        return f"length {n:,} is more than {size:,} payload bytes can code"
+    return None
+
+
+def _check_online(settings: dict, name: str) -> None:
+    """A header's online settings: the :data:`ONLINE_KEYS`, a valid configuration, a model
+    of at most :data:`MAX_ONLINE_PARAMETERS` parameters; or :class:`DataError`."""
+    if settings.keys() != set(ONLINE_KEYS):
+        raise DataError(f"{name} is corrupt: its header's online settings have keys {', '.join(sorted(settings))}, "
+                        f"not {', '.join(sorted(ONLINE_KEYS))}")
+    try:
+        _check_online_size(load_config(settings))
+    except ConfigError as e:
+        raise DataError(f"{name} is corrupt: its header's online settings are invalid: {e}") from None
+
+
+def _check_online_size(config: TrainConfig) -> None:
+    """Raise :class:`ConfigError` if online mode's model has more than
+    :data:`MAX_ONLINE_PARAMETERS` parameters (counted on the meta device: nothing allocated)."""
+    with torch.device("meta"):
+        parameters = SHARNN(config.model).num_parameters()
+    if parameters > MAX_ONLINE_PARAMETERS:
+        raise ConfigError(f"online mode's model would have {parameters:,} parameters; at most "
+                          f"{MAX_ONLINE_PARAMETERS:,} are allowed")
 
 
 def _online_settings(config: TrainConfig) -> dict:
