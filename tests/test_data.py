@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import assert_user_error, cli
 from sharnn.data import (
     batchify, bptt_windows, get_batch, jittered_bptt, load_corpus, prepare_corpus, prepare_enwik8,
 )
@@ -417,3 +418,27 @@ def test_prepare_enwik8_leaves_an_existing_output_folder_untouched(synthetic_enw
         prepare(raw, out, data)
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     assert (out / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("bpe:0", "unknown tokenizer 'bpe:0': choose bytes or bpe:N"), ("bpe:x", "unknown tokenizer 'bpe:x'"),
+    ("bpe:", "unknown tokenizer 'bpe:'"), ("foo", "unknown tokenizer 'foo'"), ("bpe:256", "N from 257"),
+    ("words", "use sharnn prepare wikitext-2"),
+])
+def test_prepare_corpus_refuses_a_bad_tokenizer_before_reading_the_source(tmp_path, spec, message):
+    result = cli("prepare", "corpus", tmp_path / "missing.txt", "--tokenizer", spec, "--out", tmp_path / "out")
+    assert_user_error(result, message)  # not "corpus not found": the tokenizer is checked first
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prepare_corpus_prints_each_splits_tokens_and_bytes(tmp_path):
+    source = tmp_path / "text.txt"
+    source.write_bytes(bytes(range(256)) * 40)
+    result = cli("prepare", "corpus", source, "--out", tmp_path / "out", "--valid-fraction", "0.1", "--test-fraction", "0.2")
+    assert result.exit_code == 0, result.output
+    sizes = {name: len(load_corpus(str(tmp_path / "out")).split(name)) for name in ("train", "valid", "test")}
+    assert sizes == {"train": 7168, "valid": 1024, "test": 2048}
+    assert result.stdout.splitlines() == [
+        *(f"{name}: {size:,} tokens, {size:,} bytes" for name, size in sizes.items()),
+        f"prepared {source} with bytes (256 token ids) in {tmp_path / 'out'}",
+    ]

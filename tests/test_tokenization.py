@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import SMALL, WIKITEXT2, assert_ok, assert_user_error, cli
+from helpers import SMALL, WIKITEXT2, assert_ok, assert_user_error, cli, write_small_corpus
 from sharnn.data import WIKITEXT2_TYPES, load_corpus, prepare_corpus, prepare_wikitext2, smallest_uint
 from sharnn.errors import DataError
 from sharnn.evaluate import evaluate
@@ -219,7 +219,7 @@ def test_a_run_on_words_reports_word_perplexity_and_carries_its_tokenizer(small_
 def test_a_model_vocabulary_that_is_not_the_tokenizers_is_refused(small_words, tmp_path):
     result = cli("train", "--preset", "wikitext2-words-tiny", "--out", tmp_path / "run", f"data={small_words}",
                  *SMALL, "model.vocab_size=256")
-    assert_user_error(result, "model.vocab_size is 256", "set model.vocab_size=33278")
+    assert_user_error(result, "the model has 256 token ids but data=", "is words (33,278); set model.vocab_size=33278")
     assert not (tmp_path / "run").exists()
 
 
@@ -307,3 +307,75 @@ def test_resume_and_init_from_refuse_a_corpus_with_another_tokenizer(small_words
                   *WORDS_RUN, "max_steps=4", "checkpoint_every_steps=2", "sample_bytes=0"))
     shutil.copy(small_words / "tokenizer.json", other)  # the corpus is prepared again, differently
     assert_user_error(cli("train", "--resume", run, "max_steps=6"), "not with the model's tokenizer")
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Building a model fails the test: a refusal must come first."""
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(SHARNN, "__init__", refuse)
+
+
+@pytest.mark.parametrize("kind", ["file", "bundled", "prepared"])
+def test_a_words_model_on_a_bytes_corpus_is_refused_before_anything_starts(kind, tmp_path, no_model):
+    source = write_small_corpus(tmp_path / "small.txt")
+    data = {"file": source, "bundled": "enwik8-head", "prepared": tmp_path / "prepared"}[kind]
+    if kind == "prepared":
+        prepare_corpus(source, data)
+    run = tmp_path / "run"
+    line = assert_user_error(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, f"data={data}"),
+                             f"the model has 33,278 token ids but data={data} is bytes (256); set model.vocab_size=256")
+    assert line.endswith("or give a corpus of 33,278 token ids")
+    assert not run.exists()
+
+
+def test_a_bpe_corpus_of_fewer_ids_than_asked_says_so_and_asks_for_its_real_size(tmp_path, no_model):
+    folder = tmp_path / "bpe"
+    result = cli("prepare", "corpus", write_small_corpus(tmp_path / "small.txt"), "--tokenizer", "bpe:8000", "--out", folder)
+    assert_ok(result)
+    corpus = load_corpus(str(folder))
+    made = corpus.tokenizer
+    assert made.vocab_size < 8000 and made.name == f"bpe:{made.vocab_size}"
+    meta = json.loads((folder / "meta.json").read_text())
+    assert (meta["tokenizer"], meta["vocab_size"], meta["tokenizer_asked"]) == (made.name, made.vocab_size, "bpe:8000")
+    assert (f"bpe:8000 asked, {made.vocab_size:,} token ids made: the train split has too few distinct pieces"
+            in result.stdout)
+    for split in COUNTS:
+        ids = corpus.split(split)
+        assert f"{split}: {len(ids):,} tokens, {len(made.decode_bytes(ids)):,} bytes" in result.stdout
+    run = tmp_path / "run"
+    assert_user_error(cli("train", "--preset", "wikitext2-bpe8k-tiny", "--out", run, f"data={folder}"),
+                      f"the model has 8,000 token ids but data={folder} is {made.name} ({made.vocab_size:,}); "
+                      f"set model.vocab_size={made.vocab_size}")
+    assert not run.exists()
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_trained_words_model_refuses_a_bytes_corpus_in_every_command(small_words, tmp_path, monkeypatch):
+    data, run = tmp_path / "data", tmp_path / "run"
+    shutil.copytree(small_words, data)
+    assert_ok(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={data}",
+                  *WORDS_RUN, "max_steps=2"))
+    shutil.rmtree(data)
+    prepare_corpus(write_small_corpus(tmp_path / "small.txt"), data)  # the run's corpus, prepared again as bytes
+    before = files(run)
+    refused = (f"the model has 33,278 token ids but data={data} is bytes (256); "
+               f"give a corpus tokenized with the model's own tokenizer (words)")
+    init = ("train", "--preset", "wikitext2-words-tiny", "--init-from", run, "--out", tmp_path / "init", f"data={data}", *SMALL)
+    with monkeypatch.context() as patch:
+        patch.setattr(SHARNN, "__init__", lambda *a, **k: pytest.fail("a model was built"))
+        for args in (("train", "--resume", run, "max_steps=4"), init):
+            assert_user_error(cli(*args), refused)
+    for args in (("eval", run), ("analyze", "tokenization", run)):
+        assert_user_error(cli(*args), refused)
+    for checkpoint_tokenizer in run.glob("checkpoints/*/tokenizer.json"):  # as a run made before the check
+        checkpoint_tokenizer.unlink()
+    for args in (("generate", run), ("eval", run), ("analyze", "tokenization", run), ("train", "--resume", run, "max_steps=4")):
+        assert_user_error(cli(*args), "the model has 33,278 token ids but its tokenizer (no tokenizer.json, so bytes) has 256")
+    assert files(run) == {k: v for k, v in before.items() if not k.endswith("tokenizer.json")}
+    assert not (tmp_path / "init").exists()

@@ -114,10 +114,11 @@ def prepare_wikitext2_command(source, tokenizer, out):
 @click.option("--tokenizer", default="bytes", show_default=True, help="bytes or bpe:N (trained on the train split).")
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer):
     """Any file or folder of files (concatenated), split by position."""
-    from .data import prepare_corpus
+    from .data import prepare_corpus, prepared_report
 
     folder = prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer)
-    click.echo(f"prepared {source} in {folder}")
+    for line in prepared_report(folder):
+        click.echo(line)
 
 
 @main.command()
@@ -198,7 +199,7 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     from .data import load_corpus, read_bytes
     from .errors import CheckpointError
     from .evaluate import evaluate
-    from .tokenizer import check_same
+    from .tokenizer import check_corpus_tokenizer
     from .progress import ProgressDisplay
 
     model, config = load_model(checkpoint)
@@ -213,7 +214,7 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
         data, what, default_streams = tokenizer.ids(bytes(read_bytes(file))), str(file), config.test_streams
     else:
         corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
-        check_same(tokenizer, corpus.tokenizer, config.data)
+        check_corpus_tokenizer(model.config.vocab_size, corpus.tokenizer, config.data, tokenizer)
         data, what, count_words = corpus.split(split), f"{config.data} ({split})", corpus.words is not None
         default_streams = config.valid_streams if split == "valid" else config.test_streams
     streams = streams or default_streams
@@ -465,7 +466,7 @@ def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, d
     from .data import load_corpus
     from .errors import CheckpointError, ConfigError
     from .progress import ProgressDisplay
-    from .tokenizer import check_same
+    from .tokenizer import check_corpus_tokenizer
 
     model, config = load_model(checkpoint)
     if config is None:
@@ -475,7 +476,7 @@ def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, d
     if out is None and resolve(checkpoint) == checkpoint.resolve():  # not a run folder: keep the checkpoint as it is
         raise ConfigError(f"{checkpoint} is not a run folder: give --out DIR (the default, RUN/analysis, is in a run)")
     corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
-    check_same(tokenizer, corpus.tokenizer, config.data)
+    check_corpus_tokenizer(model.config.vocab_size, corpus.tokenizer, config.data, tokenizer)
     runtime = _runtime(device, config.precision, fast_path)
     window = _window(config, bptt)
     streams = streams or (config.valid_streams if split == "valid" else config.test_streams)

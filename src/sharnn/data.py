@@ -30,7 +30,8 @@ import torch
 from torch import Tensor
 
 from .errors import DataError
-from .tokenizer import ByteTokenizer, Tokenizer, check_round_trip, load_tokenizer, make_tokenizer, save_tokenizer
+from .tokenizer import (ByteTokenizer, Tokenizer, check_round_trip, check_spec, load_tokenizer, make_tokenizer,
+                        save_tokenizer)
 
 ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
 ENWIK8_SIZE = 100_000_000
@@ -219,18 +220,22 @@ def prepare_corpus(
     """Turn any file or folder of files into a prepared, memory-mappable corpus folder:
     its bytes split by position, then tokenized with ``tokenizer`` (``bytes`` or
     ``bpe:N``, trained on the train split; docs/tokenization.md). For bpe each cut is moved
-    forward to the next character boundary of the UTF-8 text.
+    forward to the next character boundary of the UTF-8 text. ``bpe:N`` makes fewer than
+    ``N`` ids when the train split has fewer pieces to merge: ``meta.json`` then records
+    the ``tokenizer`` made (``bpe:`` and its ``vocab_size``) and the ``tokenizer_asked``.
 
     Raises:
-        DataError: the source does not exist, or is too small for every split to get the
-            2 tokens it needs (one prediction); an unknown tokenizer, text it cannot
-            represent exactly (checked by decoding every split); ``out`` already exists.
-            Nothing is created then.
+        DataError: an unknown tokenizer or ``words`` (refused before the source is read);
+            the source does not exist, or is too small for every split to get the 2
+            tokens it needs (one prediction); text the tokenizer cannot represent exactly
+            (checked by decoding every split); ``out`` already exists. Nothing is
+            created then.
     """
     out = Path(out)
-    _check_new_folder(out)
     if tokenizer == "words":
         raise DataError("the words tokenizer is exact only on WikiText's format: use sharnn prepare wikitext-2")
+    check_spec(tokenizer, words=False)
+    _check_new_folder(out)
     corpus = load_corpus(str(source), valid_fraction, test_fraction)
     if not corpus.tokenizer.is_bytes:
         raise DataError(f"{source} is a corpus of {corpus.tokenizer.name} tokens, not text: prepare from its text")
@@ -247,7 +252,8 @@ def prepare_corpus(
             f"{source} is too small to split ({sum(sizes.values()):,} bytes): {', '.join(small)} "
             f"(each split needs at least 2 bytes); use a larger source or {fractions} --valid-fraction/--test-fraction"
         )
-    meta = {"source": str(source), "name": Path(source).name, "valid_fraction": valid_fraction, "test_fraction": test_fraction}
+    meta = {"source": str(source), "name": Path(source).name, "valid_fraction": valid_fraction,
+            "test_fraction": test_fraction, "tokenizer_asked": tokenizer}
     if texts is None:
         splits, made = (corpus.train, corpus.valid, corpus.test), ByteTokenizer()
     else:
@@ -255,6 +261,19 @@ def prepare_corpus(
         splits = tokenize_splits(made, dict(zip(SPLITS, texts)), str(source))
     _write_prepared(out, splits, made, meta)
     return out
+
+
+def prepared_report(folder: str | Path) -> list[str]:
+    """Lines describing a corpus folder made by :func:`prepare_corpus`: each split's
+    tokens and bytes, what was asked when the tokenizer made differs, and the tokenizer."""
+    meta = json.loads((Path(folder) / "meta.json").read_text())
+    lines = [f"{name}: {meta[f'{name}_tokens']:,} tokens, {meta[f'{name}_bytes']:,} bytes" for name in SPLITS]
+    made, size = meta["tokenizer"], meta["vocab_size"]
+    if meta.get("tokenizer_asked", made) != made:
+        lines.append(f"{meta['tokenizer_asked']} asked, {size:,} token ids made: the train split has too few distinct "
+                     f"pieces to merge further (train on it with model.vocab_size={size})")
+    lines.append(f"prepared {meta['source']} with {made} ({size:,} token ids) in {folder}")
+    return lines
 
 
 def tokenize_splits(tokenizer: Tokenizer, texts: dict[str, bytes], source: str) -> list[np.ndarray]:

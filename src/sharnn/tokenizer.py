@@ -179,17 +179,27 @@ class BPETokenizer(Tokenizer):
         return self.hf.to_str()
 
 
+def check_spec(spec: str, words: bool = True) -> None:
+    """Refuse, with :class:`DataError`, a tokenizer ``spec`` that is not ``bytes``,
+    ``words`` (unless ``words`` is False) or ``bpe:N`` with ``N`` from 257 to 1,048,576:
+    checked before any data is read."""
+    match = re.fullmatch(r"bpe:([0-9]+)", spec)
+    if spec == "bytes" or (words and spec == "words") or (match and 257 <= int(match[1]) <= 1 << 20):
+        return
+    choices = "bytes, words or bpe:N" if words else "bytes or bpe:N"
+    raise DataError(f"unknown tokenizer {spec!r}: choose {choices} (N from 257 to 1,048,576, e.g. bpe:8000)")
+
+
 def make_tokenizer(spec: str, train: bytes) -> Tokenizer:
     """The tokenizer ``spec`` (``bytes``, ``words`` or ``bpe:N``), trained on ``train``.
-    Raises :class:`DataError` for an unknown spec."""
+    ``bpe:N`` may make fewer than ``N`` ids (:meth:`BPETokenizer.train`); its name is then
+    ``bpe:`` and the number made. Raises :class:`DataError` for an unknown spec."""
+    check_spec(spec)
     if spec == "bytes":
         return ByteTokenizer()
     if spec == "words":
         return WordTokenizer.train(train)
-    match = re.fullmatch(r"bpe:(\d+)", spec)
-    if match and 257 <= int(match[1]) <= 1 << 20:
-        return BPETokenizer.train(train, int(match[1]))
-    raise DataError(f"unknown tokenizer {spec!r}: choose bytes, words or bpe:N (N from 257 to 1,048,576, e.g. bpe:8000)")
+    return BPETokenizer.train(train, int(spec[len("bpe:"):]))
 
 
 def check_round_trip(tokenizer: Tokenizer, data: bytes, ids: np.ndarray, what: str) -> None:
@@ -212,11 +222,21 @@ def check_vocabulary(vocab_size: int, tokenizer: Tokenizer, where: str) -> None:
                         f"{tokenizer.vocab_size:,}; put the tokenizer.json of its run beside it")
 
 
-def check_same(tokenizer: Tokenizer, other: Tokenizer, what: str) -> None:
-    """Raise :class:`DataError` unless ``other`` (that of ``what``, a corpus) is
-    ``tokenizer``: the same bytes for every id."""
-    if tokenizer.token_bytes != other.token_bytes:
-        raise DataError(f"{what} is tokenized with {other.name}, not with the model's tokenizer ({tokenizer.name}): "
+def check_corpus_tokenizer(vocab_size: int, corpus: Tokenizer, data: str, model: Tokenizer | None = None) -> None:
+    """Refuse, with :class:`DataError`, a corpus (``data``, tokenized with ``corpus``) that
+    a model of ``vocab_size`` token ids cannot be trained or scored on: one of another
+    number of ids (bytes being 256) or, when the model's own tokenizer ``model`` is known
+    (a trained model), one whose ids stand for other bytes than the model's."""
+    if vocab_size != corpus.vocab_size:
+        if model is None:  # a new model: its vocabulary is a setting
+            wanted = "a bytes corpus" if vocab_size == 256 else f"a corpus of {vocab_size:,} token ids"
+            fix = f"set model.vocab_size={corpus.vocab_size} or give {wanted}"
+        else:
+            fix = f"give a corpus tokenized with the model's own tokenizer ({model.name})"
+        raise DataError(f"the model has {vocab_size:,} token ids but data={data} is {corpus.name} "
+                        f"({corpus.vocab_size:,}); {fix}")
+    if model is not None and model.token_bytes != corpus.token_bytes:
+        raise DataError(f"data={data} is tokenized with {corpus.name}, not with the model's tokenizer ({model.name}): "
                         f"give the model's own corpus, or prepare one with its tokenizer")
 
 

@@ -54,7 +54,7 @@ from .metrics import MetricsLog
 from .model import SHARNN, State
 from .optim import MinTrustLAMB
 from .progress import ProgressDisplay
-from .tokenizer import check_same
+from .tokenizer import Tokenizer, check_corpus_tokenizer
 from .runtime import Runtime, autocast, resolve_device
 
 
@@ -343,7 +343,7 @@ class Trainer:
         changes = self._check_resume_config() if resume else {}
         self.runtime = Runtime.for_training(config, self.distributed.device(device))
         self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
-        check_corpus(config, self.corpus)
+        check_corpus(config, self.corpus, self._trained_tokenizer(resume))
         self.state = TrainingState(config, self.runtime, self.distributed)
         self.batched = batchify(self.corpus.train, config.train_streams)[:, self.state.streams]
         if resume and self.checkpoints.has_latest():
@@ -375,6 +375,16 @@ class Trainer:
                 f"(a resume may change: {', '.join(sorted(RESUMABLE))})"
             )
         return changes
+
+    def _trained_tokenizer(self, resume: bool) -> Tokenizer | None:
+        """The tokenizer of the trained model this run goes on with (its latest checkpoint)
+        or starts from (``init_from``), checked against that model; None for a new model."""
+        if resume and self.checkpoints.has_latest():
+            return checkpoint.read_tokenizer(self.checkpoints.latest, self.config.model.vocab_size)
+        if self.config.init_from:
+            source = checkpoint.resolve(self.config.init_from)
+            return checkpoint.read_tokenizer(source, checkpoint.read_config(source).model.vocab_size)
+        return None
 
     def _start(self, restart: bool) -> None:
         """A new run, or (``restart``) a run folder that has no checkpoint yet, from step 0.
@@ -430,12 +440,10 @@ class Trainer:
         if refused:
             raise ConfigError(f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
                               f"(only {', '.join(sorted(INIT_CHANGES))} may differ)")
-        check_same(checkpoint.read_tokenizer(source), self.corpus.tokenizer, self.config.data)
         checkpoint.load_weights(self.state.model, source, self.runtime.device)
         return source
 
     def _resume(self, changes: dict[str, list]) -> None:
-        check_same(checkpoint.read_tokenizer(self.checkpoints.latest), self.corpus.tokenizer, self.config.data)
         saved = self.checkpoints.load_latest(self.config.model.n_layers, self.runtime.device)
         try:
             self.state.load_state_dict(saved)
@@ -704,18 +712,17 @@ class Divergence:
         return None
 
 
-def check_corpus(config: TrainConfig, corpus) -> None:
-    """Refuse a corpus the run cannot use: a train split shorter than one window of every
-    stream, evaluation splits too short for their streams, or a model vocabulary that is
-    not the tokenizer's (for bytes: smaller than 256).
+def check_corpus(config: TrainConfig, corpus, trained: Tokenizer | None = None) -> None:
+    """Refuse a corpus the run cannot use: a tokenizer that is not the model's (another
+    number of token ids than ``model.vocab_size``, bytes being 256; for a trained model,
+    ``trained``, other bytes behind its ids: :func:`~sharnn.tokenizer.check_corpus_tokenizer`),
+    a train split shorter than one window of every stream, or evaluation splits too short
+    for their streams.
 
     Raises:
-        DataError, ConfigError.
+        DataError.
     """
-    tokenizer, vocab = corpus.tokenizer, config.model.vocab_size
-    if vocab < tokenizer.vocab_size or (vocab != tokenizer.vocab_size and not tokenizer.is_bytes):
-        raise ConfigError(f"model.vocab_size is {vocab:,} but the corpus {config.data} is tokenized with "
-                          f"{tokenizer.name} ({tokenizer.vocab_size:,} token ids): set model.vocab_size={tokenizer.vocab_size}")
+    check_corpus_tokenizer(config.model.vocab_size, corpus.tokenizer, config.data, trained)
     need = config.train_streams * (config.bptt + 1)
     if len(corpus.train) < need:
         raise DataError(
