@@ -306,7 +306,15 @@ def test_a_format_1_file_made_before_the_stored_mode_decodes_byte_exactly(tmp_pa
     assert blob[8:10] == (1).to_bytes(2, "little")
     header, _ = read_header(blob)
     assert header.storage == "coded" and header.coded_bytes is None and header.streams == 2
-    assert decompress(blob) == original
+    try:
+        decoded = decompress(blob)
+    except DataError as e:
+        # Only on another kind of CPU, whose kernels may round differently: exact decoding is
+        # then not promised (docs/compression.md), but no wrong byte may come out.
+        assert header.environment["cpu_capability"] != torch.backends.cpu.get_cpu_capability(), e
+        assert "cpu_capability" in str(e)
+        return
+    assert decoded == original
     result = cli("decompress", DATA / "v1-online.shz", tmp_path / "out.txt", "--quiet")
     assert_ok(result)
     assert (tmp_path / "out.txt").read_bytes() == original
