@@ -402,18 +402,22 @@ class Trainer:
             raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
         metrics = MetricsLog(self.run_dir, resume_step=0 if restart else None)
         metrics.log(self._run_record())
+        metrics.log_config(to_yaml(self.config), 0)
         return metrics
 
     def _reopen_run_folder(self, changes: dict[str, list]) -> MetricsLog:
         """A resumed run's folder: ``best`` repaired, the metrics opened at the checkpoint's
-        step with this resume's ``run`` record, the changed settings recorded."""
+        step with this resume's ``run`` record (and the test records of a finished run that
+        is extended), the changed settings recorded."""
         progress = self.state.progress
         self.checkpoints.repair_best(progress.best_step)
-        metrics = MetricsLog(self.run_dir, resume_step=progress.step)
+        ended_here = (read_summary(self.run_dir) or {}).get("steps") == progress.step
+        metrics = MetricsLog(self.run_dir, resume_step=progress.step, ended_here=ended_here)
         metrics.log(self._run_record())
         if changes:
             metrics.log({"split": "config", "step": progress.step, "epoch": round(self.epochs_done(), 4), "changes": changes})
             write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
+        metrics.log_config(to_yaml(self.config), progress.step)
         return metrics
 
     def _run_record(self) -> dict:
@@ -641,10 +645,12 @@ class Trainer:
             "parameters": model.num_parameters(),
             "parameters_collapsed": model.num_parameters(collapsed=True),
         }
-        record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4), **scores(test)}
+        record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
+                  "run_step": progress.step, **scores(test)}
 
         def write_results() -> None:
             self._record(record)
+            self.metrics.log_hparams(_flatten(dataclasses.asdict(config)), summary["valid_bpc"], test.bpc, progress.step)
             write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
 
         self.distributed.on_main(write_results)
