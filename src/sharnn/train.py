@@ -243,9 +243,11 @@ def train(
 
     Returns:
         The summary dict, also written to ``summary.json``: ``valid_bpc`` (best),
-        ``test_bpc`` and ``test_perplexity`` (of the best checkpoint), ``best_step``,
-        ``steps``, ``epochs`` (epochs of training done, a float), ``train_seconds``,
-        ``parameters``, ``parameters_collapsed``, ``run_dir``.
+        ``test_bpc``, ``test_perplexity`` (per token) and ``test_word_perplexity``
+        (WikiText, else None) of the best checkpoint, ``tokenizer`` (its name),
+        ``best_step``, ``steps``, ``epochs`` (epochs of training done, a float),
+        ``train_seconds``, ``parameters``, ``parameters_collapsed``, ``run_dir``
+        (docs/training.md lists them with their units).
 
     Raises:
         RunError: ``run_dir`` exists or cannot be created (without ``resume``), or is not
