@@ -28,7 +28,7 @@ def documented_commands() -> list[tuple[str, str]]:
     ``|``, ``;`` or ``>``), with backslash continuations joined and comments dropped."""
     found = []
     for document in DOCUMENTS:
-        for block in re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", document.read_text(), re.S | re.M):
+        for block in re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", document.read_text(), re.DOTALL | re.MULTILINE):
             for line in block.replace("\\\n", " ").splitlines():
                 for words in shell_commands(line):
                     if "sharnn" in words:

@@ -207,7 +207,8 @@ def test_tensorboard_gets_the_config_and_the_hyperparameters_in_the_run_folder(e
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    assert [p.name for p in extended_run.iterdir() if p.is_dir() and not p.is_symlink()] == ["checkpoints"]  # no sub-folder of add_hparams
+    folders = [p.name for p in extended_run.iterdir() if p.is_dir() and not p.is_symlink()]
+    assert folders == ["checkpoints"]  # no sub-folder, as SummaryWriter.add_hparams would make
     events = EventAccumulator(str(extended_run), size_guidance={"tensors": 0, "scalars": 0})
     events.Reload()
     texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors("config/text_summary")]

@@ -135,10 +135,12 @@ def training_record(folder: Path, model: SHARNN, records: list[dict], summary: d
     return record | {"parameters": model.num_parameters(), "parameters_collapsed": model.num_parameters(collapsed=True)}
 
 
-def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool, tokenizer: Tokenizer = ByteTokenizer()) -> dict:
+def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool, tokenizer: Tokenizer | None = None) -> dict:
     """What the model card shows beyond the model itself (see ``sharnn/model_card.md``),
     with the metadata's ``license``, ``datasets``, ``model_name`` and ``eval_results``
-    (the valid and test bits per byte of ``record``, as the card's ``model-index``)."""
+    (the valid and test bits per byte of ``record``, as the card's ``model-index``);
+    ``tokenizer``: the model's (bytes when None)."""
+    tokenizer = tokenizer or ByteTokenizer()
     meta = _data_meta(config.data)
     data, dataset = _data(config.data, meta)
     if meta.get("name") == "enwik8":
