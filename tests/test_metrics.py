@@ -4,6 +4,7 @@ TensorBoard gets (read back from the event files)."""
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,10 @@ def extended_run(tmp_path_factory) -> Path:
     run = base / "run"
     with single_thread():
         assert_ok(cli("train", "--preset", "tiny", "--out", run, *SMALL, f"data={data}"))
+        # TensorBoard reads a folder's event files in name order: events.out.tfevents.SECONDS.HOST.PID.N,
+        # N counting this process's writers. A resume comes later than its run, in a process of its own;
+        # in-process within the same second, N would decide (".10" < ".9").
+        time.sleep(1.1)
         assert_ok(cli("train", "--resume", run, "max_steps=16"))
     return run
 
