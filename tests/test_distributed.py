@@ -100,7 +100,7 @@ def test_torchrun_with_one_process_is_a_plain_run(tmp_path, corpus_file):
     assert scores(plain) == scores(launched)
     runs = [json.loads(line) for line in (launched / "metrics.jsonl").read_text().splitlines() if '"run"' in line]
     assert runs[0]["processes"] == 1
-    assert runs[0]["command"].startswith(f"torchrun --nproc_per_node=1 -m sharnn train --preset tiny --out {launched}")
+    assert runs[0]["command"].startswith(f"torchrun --standalone --nproc_per_node=1 -m sharnn train --preset tiny --out {launched}")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

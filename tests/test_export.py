@@ -15,7 +15,9 @@ import errno
 import hashlib
 import json
 import re
+import shlex
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,9 +28,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import assert_ok, assert_user_error, cli, shared_run, single_thread  # noqa: E402
+from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run,  # noqa: E402
+                     single_thread, write_small_corpus)
 
 import sharnn.export as export_module  # noqa: E402
+import sharnn.train as train_module  # noqa: E402
 from sharnn.checkpoint import load_model, read_config  # noqa: E402
 from sharnn.compress import model_sha256  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
@@ -36,6 +40,7 @@ from sharnn.errors import CheckpointError  # noqa: E402
 from sharnn.metrics import read_records  # noqa: E402
 from sharnn.model import SHARNN, SHARNNConfig  # noqa: E402
 from sharnn.pretrained import weights_sha256  # noqa: E402
+from sharnn.tokenizer import WordTokenizer, save_tokenizer  # noqa: E402
 
 EXPORTED_FILES = {"config.json", "model.safetensors", "README.md", "train_config.yaml", "training.json", "bpc.png"}
 
@@ -249,7 +254,12 @@ def test_eval_generate_and_info_take_an_exported_folder(run_dir, exported):
 
 def test_the_model_card_states_scores_protocol_command_and_licence(run_dir, exported):
     card = ModelCard.load(exported / "README.md")  # the metadata parses
-    assert card.data.library_name == "sharnn"
+    assert card.data.library_name == "sharnn" and card.data.pipeline_tag == "text-generation"
+    record = json.loads((exported / "training.json").read_text())
+    assert card.data.model_name == exported.name
+    assert [(r.dataset_name, r.dataset_split, r.metric_type, r.metric_value) for r in card.data.eval_results] == [
+        ("small.txt", "validation", "bpc", round(record["valid_bpc"], 4)),
+        ("small.txt", "test", "bpc", round(record["test_bpc"], 4))]
     assert {"sha-rnn", "byte-level", "arxiv:1911.11423"} <= set(card.data.tags)
     assert card.data.license == "unknown"  # the shared run trains on a plain file
     record = json.loads((exported / "training.json").read_text())
@@ -260,6 +270,24 @@ def test_the_model_card_states_scores_protocol_command_and_licence(run_dir, expo
                  f'SHARNN.from_pretrained("{exported}")', f"sharnn eval {exported}", "| width `d_model` | 32 |",
                  f"| trainable | {record['parameters']:,} |", "no tokenizer file", "§3", "§4.1"):
         assert text in card.text, text
+
+
+def test_the_card_of_a_wikitext2_model_carries_its_licence_and_split(tmp_path, run_dir):
+    """A corpus made by ``sharnn prepare wikitext-2`` records its name in meta.json."""
+    (tmp_path / "wt2").mkdir()
+    (tmp_path / "wt2" / "meta.json").write_text(json.dumps({"name": "wikitext-2", "tokenizer": "words"}))
+    config = dataclasses.replace(load_config(run_dir), data=str(tmp_path / "wt2"))
+    record = {"step": 12, "epochs": 0.5, "valid_bpc": 1.23456, "test_bpc": 1.2, "resumes": []}
+    fields = export_module.card_fields(config, record, tmp_path / "out", False)
+    _model().save_pretrained(tmp_path / "saved", model_card_kwargs=fields)
+    card = ModelCard.load(tmp_path / "saved" / "README.md")
+    assert card.data.license == "cc-by-sa-3.0" and card.data.datasets == ["Salesforce/wikitext"]
+    assert [(r.dataset_type, r.dataset_config, r.dataset_name, r.dataset_split, r.metric_value)
+            for r in card.data.eval_results] == [("Salesforce/wikitext", "wikitext-2-v1", "WikiText-2", "validation", 1.2346),
+                                                 ("Salesforce/wikitext", "wikitext-2-v1", "WikiText-2", "test", 1.2)]
+    for text in ("CC BY-SA 3.0", "Pointer Sentinel Mixture Models", "its own train, valid and test files"):
+        assert text in card.text, text
+    assert "then valid (the next" not in card.text and "unknown" not in card.text
 
 
 @pytest.mark.parametrize("data", ["enwik8-head", "prepared-enwik8"])
@@ -349,3 +377,62 @@ def test_saving_again_into_a_folder_writes_the_new_models_card(tmp_path):
     model.save_pretrained(tmp_path)
     assert "collapsed: each head's value-gate network folded" in (tmp_path / "README.md").read_text()
     assert json.loads((tmp_path / "config.json").read_text())["collapsed"] is True
+
+
+def _run_card_snippet(folder: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """The Python block of ``folder``'s model card, run as written in a fresh offline process."""
+    (snippet,) = re.findall(r"```python\n(.*?)```", (folder / "README.md").read_text(), re.DOTALL)
+    env = {**SUBPROCESS_ENV, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", snippet], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+def test_the_cards_usage_example_runs_as_written(tmp_path, exported):
+    result = _run_card_snippet(exported, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.encode()) in (2, 3, 4)  # one byte's text (U+FFFD for a lone byte) and a newline
+
+
+def test_the_card_of_a_words_model_says_so_and_its_example_runs(tmp_path, run_dir):
+    """A words model's card names its tokenizer, and its example encodes a word of it."""
+    tokenizer = WordTokenizer(["<eos>", "=", "the", "cat"])
+    folder = tmp_path / "words"
+    config = load_config(run_dir)
+    record = {"step": 12, "epochs": 0.5, "valid_bpc": 1.5, "resumes": []}
+    _model(vocab_size=tokenizer.vocab_size).save_pretrained(
+        folder, model_card_kwargs=export_module.card_fields(config, record, folder, False, tokenizer))
+    save_tokenizer(tokenizer, folder)
+    text = (folder / "README.md").read_text()
+    assert "language model on words tokens" in text and "no tokenizer file" not in text and 'encode("the")' in text
+    result = _run_card_snippet(folder, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() in ("<eos>", "=", "the", "cat", "")
+
+
+def test_a_torchrun_run_records_the_launcher_command_as_typed(tmp_path):
+    """``python -m torch.distributed.run --standalone --nproc_per_node=1 -m sharnn train``:
+    the run record and the card quote it as ``torchrun --standalone ...``."""
+    data = write_small_corpus(tmp_path / "small.txt")
+    run = tmp_path / "run"
+    args = ["--standalone", "--nproc_per_node=1", "-m", "sharnn", "train", "--preset", "tiny", "--out", str(run),
+            *SMALL, f"data={data}"]
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", *args], env=SUBPROCESS_ENV,
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stderr
+    (command,) = [r["command"] for r in read_records(run) if r["split"] == "run"]
+    assert command == shlex.join(["torchrun", *args])
+    assert_ok(cli("export", run, "--out", tmp_path / "out"))
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert f"```bash\n{command}\n```" in card and "the `tiny` preset" in card
+
+
+def test_a_torchrun_command_that_cannot_be_read_says_so(monkeypatch):
+    """Where the parent process is not torchrun (or /proc cannot be read), the command is
+    rebuilt from torchrun's environment and marked as missing the launcher's options."""
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2"),
+                        ("MASTER_ADDR", "localhost"), ("MASTER_PORT", "29500")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", ["/somewhere/sharnn/__main__.py", "train", "--preset", "tiny"])
+    assert train_module.command_line() == (
+        "torchrun --nproc_per_node=2 -m sharnn train --preset tiny  # torchrun's own options (such as --standalone) "
+        "not recorded")

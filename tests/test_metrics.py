@@ -1,11 +1,18 @@
-"""bpc.png's y range, the test marker, config records and resuming a metrics log."""
+"""bpc.png's y range, the test marker, config records, resuming a metrics log, and what
+TensorBoard gets (read back from the event files)."""
 
 import json
 import math
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from sharnn.metrics import UNIFORM_BPC, MetricsLog, _describe_changes, _figure, _y_range
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import SMALL, assert_ok, cli, single_thread, write_small_corpus  # noqa: E402
+
+from sharnn.metrics import UNIFORM_BPC, MetricsLog, _describe_changes, _figure, _y_range  # noqa: E402
 
 
 def realistic_history() -> list[dict]:
@@ -137,3 +144,88 @@ def test_resume_drops_later_and_test_records(tmp_path):
     resumed.plot()
     resumed.close()
     assert "test" not in " ".join(legend_labels(_figure(kept, "run")))
+
+
+def test_a_short_runs_train_curve_is_drawn_whole():
+    """A 12-step run logged every 2 steps: its first point, far above the rest (the first
+    steps of warm-up), lies inside the plot, and the line covers every logged step."""
+    bpcs = [8.9, 7.6, 7.2, 6.9, 6.6, 6.4]
+    history = [{"split": "train", "step": 2 * (i + 1), "epoch": 0.0, "bpc": b} for i, b in enumerate(bpcs)]
+    history.append({"split": "valid", "step": 12, "epoch": 0.01, "bpc": 6.3, "nats": 4.4})
+    fig = _figure(history, "run")
+    (line,) = [line for line in fig.axes[0].get_lines() if line.get_label() == "train"]
+    assert list(line.get_xdata()) == [2, 4, 6, 8, 10, 12] and list(line.get_ydata()) == bpcs
+    low, high = fig.axes[0].get_ylim()
+    assert low < min(bpcs) and max(bpcs) < high
+
+
+def test_resume_keeps_the_test_of_an_earlier_end(tmp_path):
+    """A run that ended (and tested) at step 300 and is extended keeps that test record;
+    a resume at the step of a test the run made before a kill (no summary: ``ended_here``
+    False) drops it, since the resumed run tests again; tests of earlier ends always stay."""
+    def write(records):
+        (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    first_end = {"split": "test", "step": 200, "epoch": 1.0, "run_step": 300, "bpc": 2.4, "nats": 1.7}
+    history = [r for r in realistic_history() if r["step"] <= 300 and r["split"] != "test"] + [first_end]
+    write(history)
+    extended = MetricsLog(tmp_path, resume_step=300, ended_here=True)
+    extended.close()
+    assert extended.history == history and read_test_records(tmp_path) == [first_end]
+    write(history)
+    MetricsLog(tmp_path, resume_step=300).close()
+    assert read_test_records(tmp_path) == []
+    killed = {"split": "train", "step": 380, "epoch": 1.3, "bpc": 2.0, "lr": 0.002}  # the extension, killed
+    write(history + [dict(killed, step=360), killed])
+    MetricsLog(tmp_path, resume_step=360).close()  # from its checkpoint of step 360
+    assert read_test_records(tmp_path) == [first_end]
+
+
+def read_test_records(folder: Path) -> list[dict]:
+    return [r for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines()) if r["split"] == "test"]
+
+
+@pytest.fixture(scope="module")
+def extended_run(tmp_path_factory) -> Path:
+    """A SMALL run of 12 steps, then extended to 16 with ``--resume RUN max_steps=16``."""
+    base = tmp_path_factory.mktemp("extended")
+    data = write_small_corpus(base / "small.txt")
+    run = base / "run"
+    with single_thread():
+        assert_ok(cli("train", "--preset", "tiny", "--out", run, *SMALL, f"data={data}"))
+        # TensorBoard reads a folder's event files in name order: events.out.tfevents.SECONDS.HOST.PID.N,
+        # N counting this process's writers. A resume comes later than its run, in a process of its own;
+        # in-process within the same second, N would decide (".10" < ".9").
+        time.sleep(1.1)
+        assert_ok(cli("train", "--resume", run, "max_steps=16"))
+    return run
+
+
+def test_an_extended_run_keeps_the_test_record_of_its_first_end(extended_run):
+    tests = read_test_records(extended_run)
+    summary = json.loads((extended_run / "summary.json").read_text())
+    assert [(r["run_step"], r["step"]) for r in tests] == [(12, 12), (16, summary["best_step"])]
+    assert tests[-1]["bpc"] == summary["test_bpc"]
+
+
+def test_tensorboard_gets_the_config_and_the_hyperparameters_in_the_run_folder(extended_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    folders = [p.name for p in extended_run.iterdir() if p.is_dir() and not p.is_symlink()]
+    assert folders == ["checkpoints"]  # no sub-folder, as SummaryWriter.add_hparams would make
+    events = EventAccumulator(str(extended_run), size_guidance={"tensors": 0, "scalars": 0})
+    events.Reload()
+    texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors("config/text_summary")]
+    assert [step for step, _ in texts] == [0, 12]  # at the start and at the resume
+    assert "max_steps: 12" in texts[0][1] and "max_steps: 16" in texts[1][1] and "d_model: 32" in texts[1][1]
+    summary = json.loads((extended_run / "summary.json").read_text())
+    for name, value in (("valid_bpc", summary["valid_bpc"]), ("test_bpc", summary["test_bpc"])):
+        scalars = events.Scalars(f"hparams/{name}")
+        assert scalars[-1].step == 16 and scalars[-1].value == pytest.approx(value)
+    assert [s.step for s in events.Scalars("valid/bpc")] == [12, 16]  # the resume purged nothing at step 12
+    content = events.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    assert start.hparams["model.d_model"].number_value == 32 and start.hparams["data"].string_value.endswith("small.txt")
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert {m.name.tag for m in experiment.metric_infos} == {"hparams/valid_bpc", "hparams/test_bpc"}

@@ -21,6 +21,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+from huggingface_hub import EvalResult
 from omegaconf import OmegaConf
 
 from . import checkpoint
@@ -28,7 +29,7 @@ from .config import TrainConfig, to_yaml
 from .errors import CheckpointError
 from .metrics import plot_bpc, read_records
 from .model import SHARNN, SHARNNConfig
-from .tokenizer import save_tokenizer
+from .tokenizer import ByteTokenizer, Tokenizer, save_tokenizer
 from .train import read_summary
 
 TRAINING_FILE, CURVE_FILE = "training.json", "bpc.png"
@@ -44,6 +45,15 @@ _ENWIK8_HEAD = ("`enwik8-head`, bundled with sharnn: the first 4,154,064 bytes o
 _ENWIK8 = ("enwik8: the first 100,000,000 bytes of the English Wikipedia XML dump of 2006-03-03, the byte-level "
            "benchmark of §4.1.")
 _ENWIK8_SPLIT = "the standard enwik8 split: the first 90,000,000 bytes train, the next 5,000,000 valid, the last 5,000,000 test"
+# Hub dataset ids (model-index ``dataset.type``), and the config of the Hub's copy
+_ENWIK8_DATASET, _WIKITEXT2_DATASET = ("LTCB/enwik8", None), ("Salesforce/wikitext", "wikitext-2-v1")
+_WIKITEXT2 = {"licence": "CC BY-SA 3.0, as the WikiText-2 text it was trained on (Stephen Merity, Caiming Xiong, James "
+                         "Bradbury, Richard Socher, \"Pointer Sentinel Mixture Models\", 2016, arXiv:1609.07843; "
+                         "drawn from Wikipedia's Good and Featured articles)",
+              "license": "cc-by-sa-3.0", "datasets": ["Salesforce/wikitext"],
+              "description": "WikiText-2 (v1, tokenized; Merity et al. 2016), as prepared by `sharnn prepare wikitext-2`: "
+                             "2,088,628 train, 217,646 valid and 245,569 test words (each line ending in `<eos>`)."}
+_WIKITEXT2_SPLIT = "as WikiText-2 is: its own train, valid and test files (wiki.*.tokens)"
 
 
 def export(source: str | Path, out: str | Path, collapse: bool = False) -> Path:
@@ -74,10 +84,11 @@ def export(source: str | Path, out: str | Path, collapse: bool = False) -> Path:
     try:
         staging.mkdir(parents=True)
         curve = _write_curve(run, records, staging / CURVE_FILE)
-        model.save_pretrained(staging, model_card_kwargs=card_fields(config, record, out, curve))
+        tokenizer = checkpoint.read_tokenizer(folder)
+        model.save_pretrained(staging, model_card_kwargs=card_fields(config, record, out, curve, tokenizer))
         (staging / checkpoint.TRAIN_CONFIG_FILE).write_text(to_yaml(config))
         (staging / TRAINING_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        save_tokenizer(checkpoint.read_tokenizer(folder), staging)  # words and wordpieces travel with the model
+        save_tokenizer(tokenizer, staging)  # words and wordpieces travel with the model
         for file in staging.iterdir():
             with open(file, "rb") as f:
                 os.fsync(f.fileno())
@@ -124,24 +135,53 @@ def training_record(folder: Path, model: SHARNN, records: list[dict], summary: d
     return record | {"parameters": model.num_parameters(), "parameters_collapsed": model.num_parameters(collapsed=True)}
 
 
-def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool) -> dict:
+def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool, tokenizer: Tokenizer | None = None) -> dict:
     """What the model card shows beyond the model itself (see ``sharnn/model_card.md``),
-    with the metadata's ``license`` and ``datasets``."""
+    with the metadata's ``license``, ``datasets``, ``model_name`` and ``eval_results``
+    (the valid and test bits per byte of ``record``, as the card's ``model-index``);
+    ``tokenizer``: the model's (bytes when None)."""
+    tokenizer = tokenizer or ByteTokenizer()
     meta = _data_meta(config.data)
-    if config.data == "enwik8-head" or meta.get("name") == "enwik8":
-        data = _WIKIPEDIA | {"description": _ENWIK8_HEAD if config.data == "enwik8-head" else _ENWIK8}
-    else:
-        data = {"description": f"`{config.data}`, as named in train_config.yaml.",
-                "licence": "unknown: state it before sharing", "license": "unknown", "datasets": None}
+    data, dataset = _data(config.data, meta)
     if meta.get("name") == "enwik8":
         split = _ENWIK8_SPLIT
+    elif meta.get("name") == "wikitext-2":
+        split = _WIKITEXT2_SPLIT
     else:
         valid, test = meta.get("valid_fraction", config.valid_fraction), meta.get("test_fraction", config.test_fraction)
         split = f"by position: train first, then valid (the next {100 * valid:g}%), then test (the last {100 * test:g}%)"
     protocol = {"split": split, "valid_streams": config.valid_streams, "test_streams": config.test_streams,
                 "bptt": config.bptt}
-    return {"license": data.pop("license"), "datasets": data.pop("datasets"), "data": data, "protocol": protocol,
-            "training": record, "preset": _preset(record.get("command")), "curve": curve, "location": str(out)}
+    results = [EvalResult(task_type="text-generation", dataset_type=dataset[0], dataset_config=dataset[1],
+                          dataset_name=data["name"], dataset_split=split_name, metric_type="bpc",
+                          metric_name="bits per byte", metric_value=round(record[key], 4))
+               for split_name, key in (("validation", "valid_bpc"), ("test", "test_bpc")) if key in record]
+    return {"license": data.pop("license"), "datasets": data.pop("datasets"), "model_name": out.name,
+            "eval_results": results or None, "data": data, "protocol": protocol, "training": record,
+            "preset": _preset(record.get("command")), "curve": curve, "location": str(out),
+            "tokenizer": tokenizer.name, "prompt": _prompt(tokenizer)}
+
+
+def _data(spec: str, meta: dict) -> tuple[dict, tuple[str, str | None]]:
+    """What the card says of the corpus ``spec`` (with its ``meta.json``): name,
+    description, licence, the metadata's licence and datasets; and its Hub dataset id and
+    config (the corpus's own name when it has none)."""
+    if spec == "enwik8-head" or meta.get("name") == "enwik8":
+        head = spec == "enwik8-head"
+        data = _WIKIPEDIA | {"name": "enwik8-head" if head else "enwik8", "description": _ENWIK8_HEAD if head else _ENWIK8}
+        return data, _ENWIK8_DATASET
+    if meta.get("name") == "wikitext-2":
+        return _WIKITEXT2 | {"name": "WikiText-2"}, _WIKITEXT2_DATASET
+    name = Path(spec).name
+    return ({"name": name, "description": f"`{spec}`, as named in train_config.yaml.",
+             "licence": "unknown: state it before sharing", "license": "unknown", "datasets": None}, (name, None))
+
+
+def _prompt(tokenizer: Tokenizer) -> str:
+    """A prompt the card's usage example can encode: a word of a words vocabulary."""
+    if tokenizer.name == "words":
+        return "the" if "the" in tokenizer.index else next(w for w in tokenizer.vocab if w != "<eos>")
+    return "<page>"
 
 
 def describe(folder: Path) -> tuple[str, SHARNNConfig, str]:

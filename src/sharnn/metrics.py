@@ -5,7 +5,9 @@ Every record has ``split`` (train, valid, test or config), ``step`` and ``epoch`
 epochs done, a float such as 0.667; an int in older files); train records add ``bpc``
 (mean over the logged steps), ``lr``, ``grad_norm``, ``tokens_per_s`` and ``seconds``;
 valid and test records ``bpc`` (bits per byte of text) and ``nats`` (per token). The test
-record's step is that of the best checkpoint, the one tested. On a words or wordpiece
+record's step is that of the best checkpoint, the one tested; its ``run_step`` is the step
+the run had reached when it tested (a run extended with ``--resume RUN max_steps=...``
+keeps the test records of its earlier ends and adds one at its new end). On a words or wordpiece
 corpus (docs/tokenization.md) train records add ``bits_per_token`` (their ``bpc`` is it
 over the train split's mean bytes per token), and valid and test records add
 ``bits_per_token``, ``perplexity`` (per token) and, on WikiText, ``word_perplexity``.
@@ -19,6 +21,13 @@ setting) at its step, and is not plotted.
 A ``run`` record marks each start and resume of the run: ``command`` (the command line
 that started this part of it, e.g. ``sharnn train --preset tiny``) and ``processes`` (1,
 or the number of torchrun processes); it is neither plotted nor sent to TensorBoard.
+
+TensorBoard also gets the resolved configuration as the text ``config`` (at the step of
+each start or resume) and, at the end of a run, its settings as hyperparameters with the
+metrics ``hparams/valid_bpc`` (the best) and ``hparams/test_bpc`` (the HParams tab), all
+in the run folder's own event file: no sub-folder. TensorBoard keeps the first
+hyperparameters a folder records: a run extended after its end shows its latest scores
+there with the settings of its first end (its ``config`` text has the new ones).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from .files import write_atomically
 
 UNIFORM_BPC = math.log2(256)  # 8 bits: the cost of guessing bytes uniformly
 WARMUP_FRACTION = 0.1  # train points in this first part of the steps may lie above the plot
+WARMUP_MIN_POINTS = 20  # ... when there are at least this many train points (a short run shows them all)
 
 
 class MetricsLog:
@@ -40,21 +50,24 @@ class MetricsLog:
     Args:
         folder: the run folder.
         resume_step: when resuming from the checkpoint of this step, forget what a killed
-            run logged after it (and any test record), so that the log reads as if the
-            run had never stopped.
+            run logged after it, so that the log reads as if the run had never stopped.
+            Test records of a run that had ended before this step stay; one of a run that
+            ended at it stays only with ``ended_here`` (the run finished there and is
+            extended), else the resumed run tests again.
+        ended_here: whether the run had finished at ``resume_step`` (its summary.json says so).
     """
 
-    def __init__(self, folder: Path, resume_step: int | None = None):
+    def __init__(self, folder: Path, resume_step: int | None = None, ended_here: bool = False):
         from torch.utils.tensorboard import SummaryWriter
 
         self.folder = Path(folder)
         self.file = self.folder / "metrics.jsonl"
-        self.history: list[dict] = []
         self.history = read_records(self.folder)
         if resume_step is not None:
-            self.history = [r for r in self.history if r["step"] <= resume_step and r["split"] != "test"]
-            self.file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
-        self.tensorboard = SummaryWriter(str(self.folder), purge_step=resume_step)
+            self.history = [r for r in self.history if _kept(r, resume_step, ended_here)]
+            write_atomically(self.file, "".join(json.dumps(r) + "\n" for r in self.history).encode())
+        # TensorBoard forgets what was logged after the checkpoint's step (not at it: its validation stays)
+        self.tensorboard = SummaryWriter(str(self.folder), purge_step=None if resume_step is None else resume_step + 1)
 
     def log(self, record: dict, extra_scalars: dict[str, float] | None = None) -> None:
         """Append ``record`` to metrics.jsonl and its numbers (and ``extra_scalars``, such
@@ -68,10 +81,32 @@ class MetricsLog:
         if record["split"] == "config":
             self.tensorboard.add_text("config/changes", _describe_changes(record.get("changes") or {}), record["step"])
         for key, value in record.items():
-            if key not in ("step", "split", "epoch") and isinstance(value, (int, float)):
+            if key not in ("step", "split", "epoch", "run_step") and isinstance(value, (int, float)):
                 self.tensorboard.add_scalar(f"{record['split']}/{key}", value, record["step"])
         for key, value in (extra_scalars or {}).items():
             self.tensorboard.add_scalar(key, value, record["step"])
+        self.tensorboard.flush()
+
+    def log_config(self, yaml: str, step: int) -> None:
+        """The resolved configuration ``yaml`` as the TensorBoard text ``config`` at ``step``."""
+        self.tensorboard.add_text("config", f"```yaml\n{yaml}```", step)
+        self.tensorboard.flush()
+
+    def log_hparams(self, settings: dict, valid_bpc: float | None, test_bpc: float, step: int) -> None:
+        """The run's ``settings`` (flat, ``model.d_model``-style keys) as TensorBoard
+        hyperparameters, with its best valid and its test BPC as the metrics
+        ``hparams/valid_bpc`` (when there is one) and ``hparams/test_bpc``, at ``step``. Written into the run
+        folder's event file (``SummaryWriter.add_hparams`` would make a sub-folder)."""
+        from torch.utils.tensorboard.summary import hparams
+
+        metrics = {key: value for key, value in (("hparams/valid_bpc", valid_bpc), ("hparams/test_bpc", test_bpc))
+                   if value is not None}
+        values = {key: value if isinstance(value, (bool, int, float, str)) else json.dumps(value)
+                  for key, value in settings.items()}
+        for summary in hparams(values, metrics):
+            self.tensorboard.file_writer.add_summary(summary, step)
+        for key, value in metrics.items():
+            self.tensorboard.add_scalar(key, value, step)
         self.tensorboard.flush()
 
     def plot(self) -> None:
@@ -113,8 +148,9 @@ def _points(history: list[dict], split: str) -> list[tuple[float, float]]:
 def _y_range(history: list[dict]) -> tuple[float, float]:
     """The BPC range worth seeing: from a little below the lowest train, valid or test
     point to a little above the highest valid or test point and train point after the
-    first ``WARMUP_FRACTION`` of the steps (so a warm-up spike does not squash the rest);
-    ``(0, 8)`` when there is nothing to plot."""
+    first ``WARMUP_FRACTION`` of the steps (so a warm-up spike does not squash the rest; with
+    fewer than ``WARMUP_MIN_POINTS`` train points, every one); ``(0, 8)`` when there is
+    nothing to plot."""
     train, valid, test = (_points(history, split) for split in ("train", "valid", "test"))
     everything = train + valid + test
     if not everything:
@@ -122,7 +158,7 @@ def _y_range(history: list[dict]) -> tuple[float, float]:
     steps = [s for s, _ in everything]
     first, last = min(steps), max(steps)
     after_warmup = [b for s, b in train if s > first + WARMUP_FRACTION * (last - first)]
-    if not after_warmup and not valid and not test:
+    if len(train) < WARMUP_MIN_POINTS or not (after_warmup or valid or test):
         after_warmup = [b for _, b in train]
     low = min(b for _, b in everything)
     high = max(after_warmup + [b for _, b in valid + test])
@@ -156,6 +192,15 @@ def _figure(history: list[dict], title: str):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def _kept(record: dict, resume_step: int, ended_here: bool) -> bool:
+    """Whether a resume at ``resume_step`` keeps ``record`` (see :class:`MetricsLog`); a
+    test record without ``run_step`` (older files) counts as made at its own step."""
+    if record["split"] != "test":
+        return record["step"] <= resume_step
+    run_step = record.get("run_step", record["step"])
+    return run_step < resume_step or (run_step == resume_step and ended_here)
 
 
 def _describe_changes(changes: dict) -> str:

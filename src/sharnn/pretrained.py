@@ -21,7 +21,7 @@ from pathlib import Path
 
 import safetensors.torch
 import torch
-from huggingface_hub import ModelCard, ModelCardData, hf_hub_download
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, hf_hub_download
 from safetensors import SafetensorError, safe_open
 
 from .errors import CheckpointError
@@ -120,10 +120,13 @@ def locate(model_id: str, **download) -> Path:
 
 
 def model_card(card_data: ModelCardData, license: str | None = None, datasets: list[str] | None = None,
-               **fields) -> ModelCard:
+               model_name: str | None = None, eval_results: list[EvalResult] | None = None, **fields) -> ModelCard:
     """The model card: ``card_data`` (the mixin's metadata: library, tags) with
-    ``license`` and ``datasets`` added, over the template ``sharnn/model_card.md``
-    filled with ``fields`` (see the template for the names it reads)."""
-    metadata = ModelCardData(**{**card_data.to_dict(), "license": license, "datasets": datasets})
+    ``pipeline_tag: text-generation``, ``license``, ``datasets`` and, given
+    ``eval_results`` (its scores) and ``model_name``, the ``model-index``, over the
+    template ``sharnn/model_card.md`` filled with ``fields`` (see the template for the
+    names it reads)."""
+    metadata = ModelCardData(**{**card_data.to_dict(), "pipeline_tag": "text-generation", "license": license,
+                                "datasets": datasets, "model_name": model_name, "eval_results": eval_results})
     template = resources.files("sharnn").joinpath("model_card.md").read_text(encoding="utf-8")
     return ModelCard.from_template(metadata, template_str=template, **fields)

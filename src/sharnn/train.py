@@ -27,6 +27,7 @@ import codecs
 import dataclasses
 import json
 import math
+import os
 import shlex
 import signal
 import sys
@@ -45,7 +46,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .config import TrainConfig, load_config, to_yaml
 from .data import batchify, get_batch, load_corpus, window_length
-from .distributed import Distributed, launcher
+from .distributed import Distributed, launched_by_torchrun, launcher
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import EvalResult, evaluate
 from .files import write_atomically
@@ -242,9 +243,11 @@ def train(
 
     Returns:
         The summary dict, also written to ``summary.json``: ``valid_bpc`` (best),
-        ``test_bpc`` and ``test_perplexity`` (of the best checkpoint), ``best_step``,
-        ``steps``, ``epochs`` (epochs of training done, a float), ``train_seconds``,
-        ``parameters``, ``parameters_collapsed``, ``run_dir``.
+        ``test_bpc``, ``test_perplexity`` (per token) and ``test_word_perplexity``
+        (WikiText, else None) of the best checkpoint, ``tokenizer`` (its name),
+        ``best_step``, ``steps``, ``epochs`` (epochs of training done, a float),
+        ``train_seconds``, ``parameters``, ``parameters_collapsed``, ``run_dir``
+        (docs/training.md lists them with their units).
 
     Raises:
         RunError: ``run_dir`` exists or cannot be created (without ``resume``), or is not
@@ -412,18 +415,22 @@ class Trainer:
             raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
         metrics = MetricsLog(self.run_dir, resume_step=0 if restart else None)
         metrics.log(self._run_record())
+        metrics.log_config(to_yaml(self.config), 0)
         return metrics
 
     def _reopen_run_folder(self, changes: dict[str, list]) -> MetricsLog:
         """A resumed run's folder: ``best`` repaired, the metrics opened at the checkpoint's
-        step with this resume's ``run`` record, the changed settings recorded."""
+        step with this resume's ``run`` record (and the test records of a finished run that
+        is extended), the changed settings recorded."""
         progress = self.state.progress
         self.checkpoints.repair_best(progress.best_step)
-        metrics = MetricsLog(self.run_dir, resume_step=progress.step)
+        ended_here = (read_summary(self.run_dir) or {}).get("steps") == progress.step
+        metrics = MetricsLog(self.run_dir, resume_step=progress.step, ended_here=ended_here)
         metrics.log(self._run_record())
         if changes:
             metrics.log({"split": "config", "step": progress.step, "epoch": round(self.epochs_done(), 4), "changes": changes})
             write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
+        metrics.log_config(to_yaml(self.config), progress.step)
         return metrics
 
     def _run_record(self) -> dict:
@@ -649,10 +656,12 @@ class Trainer:
             "parameters": model.num_parameters(),
             "parameters_collapsed": model.num_parameters(collapsed=True),
         }
-        record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4), **scores(test)}
+        record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
+                  "run_step": progress.step, **scores(test)}
 
         def write_results() -> None:
             self._record(record)
+            self.metrics.log_hparams(_flatten(dataclasses.asdict(config)), summary["valid_bpc"], test.bpc, progress.step)
             write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
 
         self.distributed.on_main(write_results)
@@ -764,12 +773,35 @@ def describe_score(result: EvalResult) -> str:
 
 def command_line() -> str:
     """This process's command line as a user would type it: ``sharnn ARGS`` for the
-    command-line tool (started as ``sharnn`` or ``python -m sharnn``; ``torchrun
-    --nproc_per_node=N [--nnodes=K] -m sharnn ARGS`` under torchrun), else the Python
-    program and its arguments."""
+    command-line tool (started as ``sharnn`` or ``python -m sharnn``), else the Python
+    program and its arguments. Under torchrun, the launcher's command as it was typed
+    (``torchrun --standalone --nproc_per_node=N -m sharnn ARGS``), read from the parent
+    process (``/proc`` on Linux); where that cannot be read, the command rebuilt from
+    torchrun's environment, which does not hold the launcher's rendezvous options, with a
+    shell comment that says so."""
+    if launched_by_torchrun():
+        typed = _torchrun_command(os.getppid())
+        if typed is not None:
+            return shlex.join(typed)
+        return shlex.join([*launcher(), *sys.argv[1:]]) + "  # torchrun's own options (such as --standalone) not recorded"
     if Path(sys.argv[0]).name not in ("sharnn", "__main__.py"):
         return shlex.join(["python", *sys.argv])
-    return shlex.join([*launcher(), *sys.argv[1:]])
+    return shlex.join(["sharnn", *sys.argv[1:]])
+
+
+def _torchrun_command(pid: int) -> list[str] | None:
+    """``["torchrun", ARGS...]`` from the command line of process ``pid`` when it is
+    torchrun (started as ``torchrun`` or ``python -m torch.distributed.run``), else None."""
+    try:
+        words = [w.decode(errors="replace") for w in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    except OSError:
+        return None
+    for i, word in enumerate(words):
+        if Path(word).name == "torchrun":
+            return ["torchrun", *words[i + 1:]]
+        if word == "-m" and words[i + 1:i + 2] == ["torch.distributed.run"]:
+            return ["torchrun", *words[i + 2:]]
+    return None
 
 
 def resume_command(run_dir: Path) -> str:
