@@ -182,7 +182,7 @@ def test_sigterm_to_torchrun_stops_every_process_at_one_step_and_saves_it(tmp_pa
     assert len(stops) == 1, stderr
     step = int(stops[0].split("at step ")[1].split(";")[0])
     assert stops[0] == (f"interrupted by SIGTERM at step {step}; continue with: "
-                        f"torchrun --nproc_per_node=2 -m sharnn train --resume {run_dir}")
+                        f"torchrun --standalone --nproc_per_node=2 -m sharnn train --resume {run_dir}")
     assert (run_dir / "latest").resolve().name == f"step-{step:08d}"
     assert load_file(run_dir / "latest" / "state.safetensors")["lstm.0.h"].shape[1] == 4  # both processes' streams
 

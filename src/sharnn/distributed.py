@@ -22,8 +22,10 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -57,12 +59,43 @@ def first_on_its_machine() -> bool:
 
 def launcher() -> list[str]:
     """The command that starts ``sharnn`` as this process was started: ``["sharnn"]``, or
-    under torchrun ``torchrun --nproc_per_node=N [--nnodes=K] -m sharnn``."""
+    under torchrun the launcher's words as they were typed (``torchrun --standalone
+    --nproc_per_node=N -m sharnn``, read from the parent process's command line in
+    ``/proc`` on Linux), else rebuilt from torchrun's environment, which does not hold its
+    rendezvous options (``torchrun --nproc_per_node=N [--nnodes=K] -m sharnn``)."""
     if not launched_by_torchrun():
         return ["sharnn"]
+    typed = launcher_as_typed()
+    if typed is not None:
+        return typed
     per_machine, processes = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
     machines = [f"--nnodes={processes // per_machine}"] if processes > per_machine else []
     return ["torchrun", f"--nproc_per_node={per_machine}", *machines, "-m", "sharnn"]
+
+
+def launcher_as_typed() -> list[str] | None:
+    """``["torchrun", OPTIONS..., "-m", "sharnn"]`` (or the script torchrun started) as
+    typed, when the parent process is torchrun (started as ``torchrun`` or ``python -m
+    torch.distributed.run``) and its command line ends with this process's arguments;
+    else None."""
+    try:
+        cmdline = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return None
+    words = [w.decode(errors="replace") for w in cmdline.split(b"\0")[:-1]]
+    for i, word in enumerate(words):
+        if Path(word).name == "torchrun":
+            typed = words[i + 1:]
+            break
+        if word == "-m" and words[i + 1:i + 2] == ["torch.distributed.run"]:
+            typed = words[i + 2:]
+            break
+    else:
+        return None
+    arguments = sys.argv[1:]
+    if len(typed) < len(arguments) or typed[len(typed) - len(arguments):] != arguments:
+        return None
+    return ["torchrun", *typed[:len(typed) - len(arguments)]]
 
 
 @dataclass(frozen=True)

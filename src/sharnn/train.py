@@ -46,7 +46,7 @@ from tqdm import tqdm
 from . import checkpoint
 from .config import TrainConfig, load_config, to_yaml
 from .data import batchify, get_batch, load_corpus, window_length
-from .distributed import Distributed, launched_by_torchrun, launcher
+from .distributed import Distributed, launched_by_torchrun, launcher, launcher_as_typed
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import EvalResult, evaluate
 from .files import write_atomically
@@ -773,35 +773,15 @@ def describe_score(result: EvalResult) -> str:
 
 def command_line() -> str:
     """This process's command line as a user would type it: ``sharnn ARGS`` for the
-    command-line tool (started as ``sharnn`` or ``python -m sharnn``), else the Python
-    program and its arguments. Under torchrun, the launcher's command as it was typed
-    (``torchrun --standalone --nproc_per_node=N -m sharnn ARGS``), read from the parent
-    process (``/proc`` on Linux); where that cannot be read, the command rebuilt from
-    torchrun's environment, which does not hold the launcher's rendezvous options, with a
-    shell comment that says so."""
+    command-line tool (started as ``sharnn`` or ``python -m sharnn``), under torchrun the
+    launcher's command (:func:`sharnn.distributed.launcher`) and ``ARGS``, else the Python
+    program and its arguments."""
     if launched_by_torchrun():
-        typed = _torchrun_command(os.getppid())
-        if typed is not None:
-            return shlex.join(typed)
-        return shlex.join([*launcher(), *sys.argv[1:]]) + "  # torchrun's own options (such as --standalone) not recorded"
+        command = shlex.join([*launcher(), *sys.argv[1:]])
+        return command if launcher_as_typed() else command + "  # torchrun's own options (such as --standalone) not recorded"
     if Path(sys.argv[0]).name not in ("sharnn", "__main__.py"):
         return shlex.join(["python", *sys.argv])
     return shlex.join(["sharnn", *sys.argv[1:]])
-
-
-def _torchrun_command(pid: int) -> list[str] | None:
-    """``["torchrun", ARGS...]`` from the command line of process ``pid`` when it is
-    torchrun (started as ``torchrun`` or ``python -m torch.distributed.run``), else None."""
-    try:
-        words = [w.decode(errors="replace") for w in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
-    except OSError:
-        return None
-    for i, word in enumerate(words):
-        if Path(word).name == "torchrun":
-            return ["torchrun", *words[i + 1:]]
-        if word == "-m" and words[i + 1:i + 2] == ["torch.distributed.run"]:
-            return ["torchrun", *words[i + 2:]]
-    return None
 
 
 def resume_command(run_dir: Path) -> str:
