@@ -218,6 +218,7 @@ def test_evaluation_progress_without_a_terminal_is_plain_lines_to_100_percent(ru
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 125 and all(line.startswith("eval ") for line in lines)  # 1999 predicted rows / 16
     assert lines[-1].startswith("eval 100% |")
+    assert all(re.fullmatch(r"eval +\d+% \| tok_s [\d,]+ \| elapsed \d\d:\d\d, left \d\d:\d\d", line) for line in lines), lines[:3]
 
 
 # --------------------------------------------------------------------------------------
