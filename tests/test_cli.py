@@ -13,7 +13,10 @@ import json
 import math
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import (  # noqa: E402
     SMALL,
+    SUBPROCESS_ENV,
     assert_ok,
     assert_user_error,
     checkpoint_step,
@@ -214,6 +218,7 @@ def test_evaluation_progress_without_a_terminal_is_plain_lines_to_100_percent(ru
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 125 and all(line.startswith("eval ") for line in lines)  # 1999 predicted rows / 16
     assert lines[-1].startswith("eval 100% |")
+    assert all(re.fullmatch(r"eval +\d+% \| tok_s [\d,]+ \| elapsed \d\d:\d\d, left \d\d:\d\d", line) for line in lines), lines[:3]
 
 
 # --------------------------------------------------------------------------------------
@@ -551,3 +556,69 @@ def test_user_error_in_a_real_process_is_one_line_without_traceback(tmp_path):
     assert process.returncode == 1
     assert stderr.strip() == "error: unknown config key 'model.foo'"
     assert stdout == ""
+
+
+# --------------------------------------------------------------------------------------
+# Answers at once, and Ctrl-C at any moment
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
+
+
+def test_help_version_and_usage_errors_do_not_import_torch():
+    """`sharnn --help`, `--version`, `train --help` and a refused option answer from click
+    alone; `import sharnn` and its version need no torch either."""
+    done = _python(
+        "import sys, sharnn, sharnn.cli\n"
+        "codes = []\n"
+        "for args in (['--help'], ['--version'], ['train', '--help'], ['train', '--bogus']):\n"
+        "    try:\n"
+        "        sharnn.cli.main.main(args, prog_name='sharnn', standalone_mode=True)\n"
+        "    except SystemExit as e:\n"
+        "        codes.append(e.code)\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "print(codes, sharnn.__version__)\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[0, 0, 0, 2] 0.2.0"
+    assert done.stderr.splitlines() == ["error: No such option '--bogus'. Did you mean '--out'? (see `sharnn train --help`)"]
+
+
+def test_public_names_load_on_first_use_and_evaluate_is_the_function():
+    done = _python(
+        "import sys, sharnn\n"
+        "assert 'torch' not in sys.modules\n"
+        "from sharnn import SHARNN, TrainingState, evaluate, generate\n"
+        "import sharnn.evaluate, sharnn.generate\n"
+        "assert sharnn.evaluate is evaluate and callable(evaluate) and sharnn.generate is generate\n"
+        "assert all(getattr(sharnn, name) is not None for name in sharnn.__all__)\n"
+        "assert set(sharnn.__all__) <= set(dir(sharnn))\n"
+        "print(SHARNN.__module__, TrainingState.__module__)\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["sharnn.model", "sharnn.train"]
+
+
+def test_version_in_a_real_process():
+    done = subprocess.run([sys.executable, "-m", "sharnn", "--version"], capture_output=True, text=True,
+                          env=SUBPROCESS_ENV, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("version 0.2.0")
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.5, 1.0, 1.5, 2.5])
+def test_ctrl_c_while_a_command_loads_is_one_line(delay):
+    """SIGINT at any moment of `sharnn info` (while torch imports, or while it runs): one
+    line, `interrupted`, and status 130; or, when the command had finished, nothing more
+    (0, or death by SIGINT while the interpreter exits, which a shell reports as 130)."""
+    process = subprocess.Popen([sys.executable, "-m", "sharnn", "info"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert "Traceback" not in stderr, stderr
+    assert process.returncode in (0, 130, -signal.SIGINT), (process.returncode, stderr)
+    assert stderr in ("", "interrupted\n"), stderr
+    if process.returncode == 130:
+        assert stderr == "interrupted\n"

@@ -308,9 +308,139 @@ def test_a_second_ctrl_c_interrupts_at_once_without_saving(tmp_path, corpus_file
             signal.raise_signal(signal.SIGINT)
         return False
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted, match="interrupted at step 3, before the first checkpoint; start again from "
+                                          "step 0 with: sharnn train --resume") as stopped:
         train(config, tmp_path / "run", quiet=True, should_stop=twice)
+    assert stopped.value.exit_code == 130
     assert not (tmp_path / "run" / "latest").exists()  # the first checkpoint is at step 4
+
+
+def _evaluate_signalling(monkeypatch, sig: int, streams: int, after_windows: int = 2) -> None:
+    """Make the evaluations of ``streams`` streams receive ``sig`` after a few windows."""
+    real_evaluate = train_module.evaluate
+
+    def evaluate(model, data, n_streams, *args, stop=None, **kwargs):
+        if n_streams != streams:
+            return real_evaluate(model, data, n_streams, *args, stop=stop, **kwargs)
+        asked = []
+
+        def stop_after_windows() -> bool:
+            asked.append(True)
+            if len(asked) == after_windows + 1:
+                signal.raise_signal(sig)
+            return stop()
+
+        real_evaluate(model, data, n_streams, *args, stop=stop_after_windows, **kwargs)
+        raise AssertionError(f"the evaluation went on to its end ({len(asked)} windows)")
+
+    monkeypatch.setattr(train_module, "evaluate", evaluate)
+
+
+def test_sigterm_during_a_validation_abandons_it_and_the_resume_is_exact(tmp_path, corpus_file, reference_run,
+                                                                         monkeypatch):
+    """SIGTERM a few windows into the step-16 validation: the validation stops at the next
+    window, the step is saved with its validation still due, exit status 143; the resume
+    validates step 16 first and ends exactly like the run never stopped."""
+    config = load_config("tiny", RESUMABLE + [f"data={corpus_file}", "valid_streams=2"])
+    reference = tmp_path / "reference"
+    train(config, reference, quiet=True)
+    real_validate = train_module.Trainer.validate
+    monkeypatch.setattr(train_module.Trainer, "validate", lambda self, abandon=None: (
+        _evaluate_signalling(monkeypatch, signal.SIGTERM, 2) if self.state.progress.step == 16 else None,
+        real_validate(self, abandon))[1])
+    run_dir = tmp_path / "run"
+    with pytest.raises(Interrupted, match="interrupted by SIGTERM at step 16; continue with: ") as stopped:
+        train(config, run_dir, quiet=True)
+    assert stopped.value.exit_code == 143
+    assert checkpoint_step(run_dir / "latest") == 16
+    assert [r["step"] for r in metrics(run_dir) if r["split"] == "valid"] == [8]
+    monkeypatch.undo()
+
+    train(config, run_dir, resume=True, quiet=True)
+    _assert_same_run(run_dir, reference)
+
+
+def test_ctrl_c_during_the_test_stops_it_and_the_resume_tests(tmp_path, corpus_file, monkeypatch):
+    config = load_config("tiny", SMALL + [f"data={corpus_file}", "test_streams=1"])
+    _evaluate_signalling(monkeypatch, signal.SIGINT, 1)
+    run_dir = tmp_path / "run"
+    with pytest.raises(Interrupted, match="interrupted at step 12; continue with: ") as stopped:
+        train(config, run_dir, quiet=True)
+    assert stopped.value.exit_code == 130
+    assert not (run_dir / "summary.json").exists()
+    monkeypatch.undo()
+    summary = train(config, run_dir, resume=True, quiet=True)
+    assert summary["steps"] == 12 and (run_dir / "summary.json").exists()
+
+
+def test_a_second_sigterm_while_saving_is_recorded_and_the_checkpoint_completes(tmp_path, corpus_file, monkeypatch):
+    """Two SIGTERMs while ``latest`` is written: the save completes and the run stops
+    after it, saved, with exit status 143 and the resume command."""
+    real_save = train_module.checkpoint.RunCheckpoints.save
+
+    def save_signalled(self, step, *args, **kwargs):
+        if step == 8:
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+        return real_save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(train_module.checkpoint.RunCheckpoints, "save", save_signalled)
+    run_dir = tmp_path / "run"
+    with pytest.raises(Interrupted, match="interrupted by SIGTERM at step 8; continue with: ") as stopped:
+        train(load_config("tiny", SMALL + [f"data={corpus_file}"]), run_dir, quiet=True)
+    assert stopped.value.exit_code == 143
+    assert checkpoint_step(run_dir / "latest") == 8
+    assert not list((run_dir / "checkpoints").glob(".*"))  # no staging folder left
+
+
+# --------------------------------------------------------------------------------------
+# Quick runs: validation and test on a prefix
+
+
+def test_valid_and_test_max_bytes_score_a_prefix_recorded_as_such(tmp_path, corpus_file):
+    run_dir = tmp_path / "run"
+    result = cli("train", "--preset", "tiny", "--out", run_dir, "--quiet", *SMALL, f"data={corpus_file}",
+                 "valid_max_bytes=1000", "test_max_bytes=600")
+    assert_ok(result)
+    assert re.search(r"done: valid [\d.]+ BPC \(best, step 12, on the first 1,000 bytes\), "
+                     r"test [\d.]+ BPC on the first 600 bytes,", result.stdout), result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["valid_prefix_bytes"], summary["test_prefix_bytes"]) == (1000, 600)
+    records = metrics(run_dir)
+    assert {r["prefix_bytes"] for r in records if r["split"] == "valid"} == {1000}
+    assert [r["prefix_bytes"] for r in records if r["split"] == "test"] == [600]
+    # the same score as evaluating those bytes alone
+    model, config = load_model(run_dir)
+    data = train_module.load_corpus(config.data).valid[:1000]
+    assert train_module.evaluate(model, data, config.valid_streams, config.bptt).bpc == pytest.approx(summary["valid_bpc"])
+
+    assert_user_error(cli("train", "--resume", run_dir, "valid_max_bytes=2000"), "cannot change valid_max_bytes")
+    assert_ok(cli("train", "--resume", run_dir, "--quiet", "test_max_bytes=0", "max_steps=14"))
+    assert json.loads((run_dir / "summary.json").read_text())["test_prefix_bytes"] is None
+
+
+def test_a_prefix_too_short_for_its_streams_is_one_line(tmp_path, corpus_file):
+    assert_user_error(cli("train", "--preset", "tiny", "--out", tmp_path / "run", *SMALL, f"data={corpus_file}",
+                          "valid_max_bytes=5"), "valid_max_bytes=5", "too few for 4 streams")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_prefix_is_whole_tokens_whose_text_fits_the_bytes(tmp_path):
+    from sharnn.data import prepare_corpus
+
+    corpus = train_module.load_corpus("enwik8-head")  # bytes: max_bytes tokens
+    ids, size = train_module.split_prefix(corpus, "valid", 100)
+    assert (len(ids), size) == (100, 100) and (ids == corpus.valid[:100]).all()
+    assert train_module.split_prefix(corpus, "valid", 0)[1] is None
+    whole, size = train_module.split_prefix(corpus, "valid", len(corpus.valid))
+    assert size is None and len(whole) == len(corpus.valid)
+
+    folder = prepare_corpus(write_small_corpus(tmp_path / "small.txt", 20_000), tmp_path / "bpe", 0.1, 0.1, "bpe:300")
+    corpus = train_module.load_corpus(str(folder))
+    lengths = corpus.tokenizer.byte_lengths()
+    ids, size = train_module.split_prefix(corpus, "valid", 1000)
+    assert size == int(lengths[ids].sum()) <= 1000 < size + int(lengths[corpus.valid[len(ids)]])
+    assert (ids == corpus.valid[:len(ids)]).all()
 
 
 def test_resume_of_a_finished_run_returns_its_summary_without_training_or_testing(tmp_path, reference_run):

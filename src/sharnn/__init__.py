@@ -11,20 +11,48 @@ Python API::
 
 ``docs/`` in the repository explains the model, the optimizer, the data, the
 evaluation protocol and tokenizations (words, wordpieces, bytes).
+
+The public names load on first use (PEP 562), so that ``import sharnn`` and the command
+line's ``--help`` and ``--version`` do not import torch.
 """
 
-from .config import TrainConfig, load_config
-from .data import Corpus, load_corpus
-from .evaluate import EvalResult, evaluate
-from .generate import generate
-from .model import SHARNN, SHARNNConfig, State
-from .optim import MinTrustLAMB
-from .runtime import Runtime
-from .tokenizer import ByteTokenizer, load_tokenizer
-from .train import TrainingState
+import importlib
+import sys
+import types
 
-__all__ = [
-    "SHARNN", "SHARNNConfig", "State", "MinTrustLAMB", "TrainConfig", "load_config", "Runtime", "TrainingState",
-    "ByteTokenizer", "load_tokenizer", "Corpus", "load_corpus", "EvalResult", "evaluate", "generate",
-]
 __version__ = "0.2.0"
+
+# Each public name and the submodule that defines it.
+_EXPORTS = {
+    "SHARNN": "model", "SHARNNConfig": "model", "State": "model", "MinTrustLAMB": "optim",
+    "TrainConfig": "config", "load_config": "config", "Runtime": "runtime", "TrainingState": "train",
+    "ByteTokenizer": "tokenizer", "load_tokenizer": "tokenizer", "Corpus": "data", "load_corpus": "data",
+    "EvalResult": "evaluate", "evaluate": "evaluate", "generate": "generate",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """``sharnn.evaluate`` and ``sharnn.generate`` are the functions, as ``from sharnn
+    import evaluate`` gives them, also once their submodules of the same names are loaded
+    (loading a submodule sets it as an attribute of its package)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -2,32 +2,51 @@
 
 User errors (bad config, missing file, wrong checksum, incompatible checkpoint, ...)
 print one ``error:`` line and exit with status 1; usage errors (an unknown option, an
-option value out of its range) print one ``error:`` line and exit with status 2.
+option value out of its range) print one ``error:`` line and exit with status 2; Ctrl-C
+prints ``interrupted`` and exits with status 130.
+
+torch and the modules that need it are imported inside the commands that use them, so
+that ``--help``, ``--version`` and usage errors answer at once.
 """
 
 from __future__ import annotations
 
 import codecs
 import dataclasses
+import os
+import signal
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
 import click
-import torch
 
 from .errors import Interrupted, SharnnError
 
 
+class _Command(click.Command):
+    """A command: it loads torch first (see :func:`_import_torch`)."""
+
+    def invoke(self, ctx):
+        _import_torch()
+        return super().invoke(ctx)
+
+
 class _Group(click.Group):
     """Turns the errors a user can cause into one line and an exit status."""
+
+    command_class = _Command
+    group_class = type  # its groups are _Groups too
 
     def make_context(self, *args, **kwargs):
         try:
             return super().make_context(*args, **kwargs)
         except click.UsageError as e:  # the group's own options, e.g. `sharnn --bogus`
             _usage_error(e)
+        except KeyboardInterrupt:  # click's own handler would print "Aborted!" and exit 1
+            _interrupted()
 
     def invoke(self, ctx):
         try:
@@ -45,8 +64,31 @@ class _Group(click.Group):
             click.echo(f"error: {e.strerror or e}{where}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
+            _interrupted()
+
+
+def _interrupted():
+    click.echo("interrupted", err=True)
+    sys.exit(130)
+
+
+def _import_torch() -> None:
+    """Import torch, which every command uses, with Ctrl-C ending the process at once:
+    torch's import catches some exceptions and goes on half done, so a KeyboardInterrupt
+    raised inside it can turn into another error (and a traceback) further on."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
+        import torch  # noqa: F401
+        return
+    previous = signal.signal(signal.SIGINT, _exit_interrupted)
+    try:
+        import torch  # noqa: F401, F811
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _exit_interrupted(signum, frame):
+    os.write(2, b"interrupted\n")
+    os._exit(130)
 
 
 def _echo_once(message: str) -> None:
@@ -173,9 +215,11 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
         summary = run_training(config, out, quiet=quiet)
     if not is_main_process():
         return
+    on = {split: f" on the first {summary[f'{split}_prefix_bytes']:,} bytes" if summary.get(f"{split}_prefix_bytes") else ""
+          for split in ("valid", "test")}
     click.echo(
-        f"done: valid {summary['valid_bpc']:.4f} BPC (best, step {summary['best_step']}), "
-        f"test {summary['test_bpc']:.4f} BPC"
+        f"done: valid {summary['valid_bpc']:.4f} BPC (best, step {summary['best_step']}{',' * bool(on['valid'])}{on['valid']}), "
+        f"test {summary['test_bpc']:.4f} BPC{on['test']}"
         + (f" (word perplexity {summary['test_word_perplexity']:.1f})" if summary.get("test_word_perplexity") else "")
         + f", {summary['steps']} steps in {summary['train_seconds']:.0f} s; "
         f"run folder {summary['run_dir']}"
@@ -251,6 +295,8 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     streaming the text to standard output as it comes: --max-bytes bytes from a byte
     model, as many tokens from a words or wordpiece model. Invalid UTF-8 is shown with
     replacement characters."""
+    import torch
+
     from .checkpoint import load_model, read_tokenizer
     from .data import read_bytes
     from .errors import ConfigError
@@ -496,6 +542,8 @@ def info(target):
     """Configuration and parameter counts of a preset, a config file, a run, a checkpoint
     or an exported or save_pretrained folder, and for these folders their step, epoch and
     scores (without TARGET: the list of presets)."""
+    import torch
+
     from .checkpoint import is_pretrained
     from .config import load_config, preset_names, to_yaml
     from .export import describe
@@ -552,4 +600,6 @@ def _checkpoint_scores(path: Path) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from sharnn.__main__ import run
+
+    run()

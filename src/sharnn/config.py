@@ -47,7 +47,10 @@ class TrainConfig:
         after ``max_steps`` optimizer steps or ``max_seconds`` of training (wall clock,
         validation included) when those are > 0; the run then validates, saves and tests.
     Evaluation and logging: validation after every epoch and, when > 0, every
-        ``valid_every_steps``; ``checkpoint_every_steps`` writes ``latest``;
+        ``valid_every_steps``, on the first ``valid_max_bytes`` bytes of text of the valid
+        split (0: all of it; for a token corpus, the longest run of whole tokens whose text
+        fits), the same prefix throughout a run; the final test on the first
+        ``test_max_bytes`` (0: all); ``checkpoint_every_steps`` writes ``latest``;
         ``log_every_steps`` sets the metrics period; without a terminal, a progress line
         every ``progress_every_seconds``; ``sample_bytes`` generated at the end (0: none;
         tokens, for a words or wordpiece corpus).
@@ -83,6 +86,8 @@ class TrainConfig:
     max_steps: int = 0
     max_seconds: float = 0.0
     valid_every_steps: int = 0
+    valid_max_bytes: int = 0
+    test_max_bytes: int = 0
     checkpoint_every_steps: int = 500
     log_every_steps: int = 10
     progress_every_seconds: float = 30.0
@@ -106,7 +111,8 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        non_negative = ("eps", "weight_decay", "min_trust", "clip", "warmup_steps", "max_steps", "max_seconds", "valid_every_steps", "sample_bytes")
+        non_negative = ("eps", "weight_decay", "min_trust", "clip", "warmup_steps", "max_steps", "max_seconds", "valid_every_steps", "sample_bytes",
+                        "valid_max_bytes", "test_max_bytes")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -32,6 +32,11 @@ from .runtime import autocast
 from .tokenizer import ByteTokenizer, Tokenizer
 
 
+class EvaluationStopped(Exception):
+    """Raised by :func:`score_windows` (and :func:`evaluate`) when its ``stop`` callable asks
+    to end the walk between two windows: the split was not scored."""
+
+
 @dataclass
 class EvalResult:
     """A split's score.
@@ -95,6 +100,7 @@ def evaluate(
     block: slice | None = None,
     tokenizer: Tokenizer | None = None,
     count_words: bool = False,
+    stop: Callable[[], bool] | None = None,
 ) -> EvalResult:
     """Score a split.
 
@@ -109,11 +115,13 @@ def evaluate(
             multi-process run, :mod:`sharnn.distributed`); None: all of them.
         tokenizer: what the ids stand for (None: bytes).
         count_words: count the words + ``<eos>`` of the predicted text (WikiText).
+        stop: asked before every window (None: never); True abandons the evaluation.
 
     Returns:
         :class:`EvalResult` (over the streams of ``block``).
 
     Raises:
+        EvaluationStopped: ``stop`` returned True.
         DataError: if the split has fewer than 2 tokens per stream, or holds ids wider
             than bytes with no tokenizer given (its bits per byte would be per token).
         ConfigError: a window longer than the model's attention span (from the model).
@@ -126,7 +134,7 @@ def evaluate(
     def add(row: int, logits: Tensor, targets: Tensor) -> None:
         total.add_(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").double())
 
-    batched = score_windows(model, data, streams, bptt, add, autocast_dtype, progress, block)
+    batched = score_windows(model, data, streams, bptt, add, autocast_dtype, progress, block, stop)
     tokens = (batched.shape[0] - 1) * batched.shape[1]
     return EvalResult(total.item() / tokens, tokens, *predicted_text(batched[1:], tokenizer or ByteTokenizer(), count_words))
 
@@ -140,18 +148,22 @@ def score_windows(
     autocast_dtype: torch.dtype | None = None,
     progress: ProgressDisplay | None = None,
     block: slice | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Tensor:
     """The protocol's walk over a split (module docstring), shared by :func:`evaluate` and
     :func:`sharnn.analysis.token_scores`: ``data`` ``[N]`` laid out as ``streams`` streams
     (those of ``block``), read in windows of ``bptt`` with the state carried from a cold
     start; ``score(row, logits, targets)`` gets each window's fp32 logits ``[T, B, V]``
     and targets ``[T, B]`` (rows ``row+1 .. row+T``). Call under ``torch.no_grad()``; the
-    model is put in eval mode and returned to its previous mode.
+    model is put in eval mode and returned to its previous mode. ``progress`` gets the
+    fraction of the windows done and the tokens predicted so far; ``stop`` (None: never)
+    is asked before every window, so that a stop request ends a long walk within a window.
 
     Returns:
         the batchified split ``[rows, B]``.
 
     Raises:
+        EvaluationStopped: ``stop`` returned True.
         DataError: fewer than 2 tokens per stream.
         ConfigError: a window longer than the model's attention span (from the model).
     """
@@ -163,14 +175,18 @@ def score_windows(
     was_training = model.training
     model.eval()
     state = None
-    for row, length in bptt_windows(rows, bptt):
-        inputs, targets = get_batch(batched, row, length, device)
-        with autocast(device.type, autocast_dtype):
-            logits, state = model(inputs, state)
-        score(row, logits.float(), targets)
-        if progress is not None:
-            progress.update((row + length) / (rows - 1))
-    model.train(was_training)
+    try:
+        for row, length in bptt_windows(rows, bptt):
+            if stop is not None and stop():
+                raise EvaluationStopped
+            inputs, targets = get_batch(batched, row, length, device)
+            with autocast(device.type, autocast_dtype):
+                logits, state = model(inputs, state)
+            score(row, logits.float(), targets)
+            if progress is not None:
+                progress.update((row + length) / (rows - 1), done=(row + length) * batched.shape[1])
+    finally:
+        model.train(was_training)
     return batched
 
 

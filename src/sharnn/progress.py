@@ -38,9 +38,12 @@ class ProgressDisplay:
             self.bar = tqdm(total=_STEPS, initial=round(self.start * _STEPS), desc=label, leave=leave, file=sys.stderr,
                             dynamic_ncols=True, bar_format="{desc} {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]")
 
-    def update(self, fraction: float | None = None, **fields) -> None:
+    def update(self, fraction: float | None = None, *, done: int | None = None, **fields) -> None:
         """Set the fraction done and any fields (shown as ``name value``); a plain line is
-        due only when the fraction is given."""
+        due only when the fraction is given. ``done``: the tokens processed so far, shown
+        as their rate (field ``tok_s``, tokens per second since the display opened)."""
+        if done is not None:
+            fields["tok_s"] = f"{done / max(time.perf_counter() - self.clock, 1e-9):,.0f}"
         self.fields.update({k: str(v) for k, v in fields.items()})
         if self.bar is not None:
             self.bar.set_postfix_str(self._fields(), refresh=fraction is None)

@@ -15,7 +15,8 @@ named steps and the run folder::
     summary.json           final valid and test BPC, parameter counts, steps, time
 
 A stopped run (Ctrl-C, SIGTERM, a ``should_stop`` hook, kill -9) continues from
-``latest`` with ``train(..., resume=True)`` as if it had never stopped; a resume may also
+``latest`` with ``train(..., resume=True)`` as if it had never stopped (a stop during a
+validation abandons it within a window and saves the step; the resume validates it); a resume may also
 change the settings in :data:`RESUMABLE` (a longer run, a lower learning rate), and a new
 run may start from trained weights (``init_from``). A run that diverges stops without
 saving (:class:`Divergence`).
@@ -48,7 +49,7 @@ from .config import TrainConfig, load_config, to_yaml
 from .data import batchify, get_batch, load_corpus, window_length
 from .distributed import Distributed, launched_by_torchrun, launcher, launcher_as_typed
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
-from .evaluate import EvalResult, evaluate
+from .evaluate import EvalResult, EvaluationStopped, evaluate
 from .files import write_atomically
 from .generate import generate
 from .metrics import MetricsLog
@@ -64,7 +65,7 @@ from .runtime import Runtime, autocast, resolve_device
 RESUMABLE = frozenset({
     "epochs", "max_steps", "max_seconds", "lr", "warmup_steps", "lr_halve_epochs", "clip",
     "valid_every_steps", "checkpoint_every_steps", "log_every_steps", "progress_every_seconds",
-    "sample_bytes", "compile", "recompute",
+    "sample_bytes", "compile", "recompute", "test_max_bytes",
 })
 # What a run started from a checkpoint's weights (init_from) may change in its model.
 INIT_CHANGES = frozenset({"dropouti", "dropouth", "dropouto"})
@@ -81,6 +82,7 @@ class Progress:
     best_step: int = 0
     elapsed: float = 0.0  # training seconds so far (wall clock, validations included)
     finished: bool = False  # all epochs (or max_steps, max_seconds) done and validated
+    valid_due: bool = False  # this step's validation is still to do (a stop came before or during it)
 
 
 def learning_rate(config: TrainConfig, step: int, epoch: int) -> float:
@@ -265,24 +267,53 @@ def train(
     trainer = Trainer(config, run_dir, resume=resume, quiet=quiet)
     if trainer.summary is not None:  # resumed a run that had already finished
         return trainer.summary
+    with _StopRequest(should_stop, trainer.distributed.active) as stop_requested:
+        try:
+            with trainer.display:
+                _train_steps(trainer, stop_requested)
+            summary = trainer.finish(stop_requested.signalled)
+        except EvaluationStopped:  # during the test: the training is saved, a resume tests it
+            raise trainer.interrupted(stop_requested.signal) from None
+        except KeyboardInterrupt:  # a second signal, outside a save: stop at once
+            raise trainer.interrupted(stop_requested.signal) from None
+    if config.sample_bytes and not trainer.quiet:
+        trainer.print_sample()
+    return summary
+
+
+def _train_steps(trainer: Trainer, stop_requested: _StopRequest) -> None:
+    """Train until the budget is spent; raise :class:`Interrupted` after saving the step a
+    stop was asked at. A run stopped before its step's validation does that first."""
+    config, progress = trainer.config, trainer.state.progress
+    stop = progress.valid_due and trainer.agree(not trainer.validate_due_step(stop_requested.signalled))
+    while not (stop or progress.finished):
+        epoch_ended = trainer.train_window()
+        if epoch_ended:
+            trainer.start_next_epoch()
+        stop = trainer.agree(stop_requested(progress))
+        progress.finished = out_of_budget(config, progress)
+        validate = epoch_ended or progress.finished or trainer.due(config.valid_every_steps)
+        if validate or stop or trainer.due(config.checkpoint_every_steps):
+            stop = _end_step(trainer, stop_requested, validate, stop)
+    if stop:
+        raise trainer.interrupted(stop_requested.signal)
+
+
+def _end_step(trainer: Trainer, stop_requested: _StopRequest, validate: bool, stop: bool) -> bool:
+    """Validate (unless a stop is asked already), save ``latest`` and return whether to
+    stop. A stop asked during the validation abandons it: the step is saved with its
+    validation due, which a resume does first (:meth:`Trainer.validate_due_step`), so that
+    the run stays exact."""
     progress = trainer.state.progress
-    with _StopRequest(should_stop, trainer.distributed.active) as stop_requested, trainer.display:
-        while not progress.finished:
-            epoch_ended = trainer.train_window()
-            if epoch_ended:
-                trainer.start_next_epoch()
-            stop = trainer.agree(stop_requested(progress))
-            progress.finished = out_of_budget(config, progress)
-            validate = epoch_ended or progress.finished or trainer.due(config.valid_every_steps)
-            if validate or stop or trainer.due(config.checkpoint_every_steps):
-                trainer.check_diverged(saving=True)
-                trainer.save(trainer.validate() if validate else None)
-                stop = trainer.agree(stop or stop_requested.signal is not None)  # a signal during the validation or the save
-                if validate:  # it and the save took time too: max_seconds may be spent now
-                    progress.finished = out_of_budget(config, progress)
-            if stop:
-                raise trainer.interrupted(stop_requested.signal)
-    return trainer.finish()
+    trainer.check_diverged(saving=True)
+    valid_bpc = trainer.validate(stop_requested.signalled) if validate and not stop else None
+    progress.valid_due = validate and valid_bpc is None
+    with stop_requested.deferred():  # a second signal while saving only adds to the request
+        trainer.save(valid_bpc)
+    stop = trainer.agree(stop or stop_requested.signal is not None)  # a signal during the validation or the save
+    if validate:  # it and the save took time too: max_seconds may be spent now
+        progress.finished = out_of_budget(trainer.config, progress)
+    return stop
 
 
 def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -347,6 +378,8 @@ class Trainer:
         self.runtime = Runtime.for_training(config, self.distributed.device(device))
         self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
         check_corpus(config, self.corpus, self._trained_tokenizer(resume))
+        self.eval_data = {split: split_prefix(self.corpus, split, limit)
+                          for split, limit in (("valid", config.valid_max_bytes), ("test", config.test_max_bytes))}
         self.state = TrainingState(config, self.runtime, self.distributed)
         self.batched = batchify(self.corpus.train, config.train_streams)[:, self.state.streams]
         if resume and self.checkpoints.has_latest():
@@ -355,6 +388,7 @@ class Trainer:
             self._start(restart=resume)
         if self.summary is not None:
             return  # nothing to train: train() returns the summary
+        self.saved_step = self.state.progress.step if resume and self.checkpoints.has_latest() else None
         self.train_model = self.distributed.wrap(self.state.model)  # DDP in a multi-process run
         self.param_names = {p: n for n, p in self.state.model.state_dict(keep_vars=True).items()}
         device = self.runtime.device
@@ -577,20 +611,46 @@ class Trainer:
             kept = "no checkpoint was written; start again with a lower lr"
         raise TrainingDiverged(f"training diverged: {problem}; stopped without saving ({kept})")
 
-    def validate(self) -> float:
-        """Score the valid split, log it and return its BPC (a new best updates the progress)."""
+    def validate(self, abandon: Callable[[], bool] | None = None) -> float | None:
+        """Score the valid split (its first ``valid_max_bytes``), log it and return its
+        BPC (a new best updates the progress); None if ``abandon`` asked to stop first."""
         with self._paused():
             progress = self.state.progress
-            result = self._evaluate("valid", self.config.valid_streams)
+            result = self._evaluate("valid", self.config.valid_streams, abandon)
+            if result is None:
+                self.say(f"step {progress.step}: validation abandoned")
+                return None
             improved = result.bpc < progress.best_valid_bpc
             if improved:
                 progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
             self.distributed.on_main(lambda: self._record(
                 {"split": "valid", "step": progress.step, "epoch": round(self.epochs_done(), 4),
-                 "seconds": round(progress.elapsed, 2), **scores(result)}))
+                 "seconds": round(progress.elapsed, 2), **scores(result), **self._prefix("valid")}))
             self.say(f"step {progress.step} (epoch {self.epochs_done():.2f}): valid {describe_score(result)}"
-                     + (" (best)" if improved else ""))
+                     + self._prefix_words("valid") + (" (best)" if improved else ""))
         return result.bpc
+
+    def validate_due_step(self, abandon: Callable[[], bool]) -> bool:
+        """The validation of a resumed step whose run stopped before or during it (its
+        checkpoint is ``latest``, which ``best`` then points to if it improved; the next
+        checkpoint records the score). Returns whether it was done (not abandoned)."""
+        progress = self.state.progress
+        if self.validate(abandon) is None:
+            return False
+        progress.valid_due = False
+        if progress.best_step == progress.step:
+            self.distributed.on_main(lambda: checkpoint.point(self.checkpoints.best, self.checkpoints.latest.resolve()))
+        progress.finished = out_of_budget(self.config, progress)
+        return True
+
+    def _prefix(self, split: str) -> dict:
+        """``{"prefix_bytes": N}`` when only the first N bytes of ``split`` are scored, else {}."""
+        size = self.eval_data[split][1]
+        return {} if size is None else {"prefix_bytes": size}
+
+    def _prefix_words(self, split: str) -> str:
+        size = self.eval_data[split][1]
+        return "" if size is None else f" on its first {size:,} bytes"
 
     def save(self, valid_bpc: float | None) -> None:
         """Checkpoint the training state as ``latest`` (and ``best`` when ``valid_bpc``,
@@ -606,19 +666,27 @@ class Trainer:
             state = self.state.state_dict()  # every process takes part; the main one writes it
             state["tokenizer"] = self.corpus.tokenizer
             self.distributed.on_main(lambda: self.checkpoints.save(progress.step, self.config, state, best=best, info=info))
+            self.saved_step = progress.step
 
     def _record(self, record: dict) -> None:
         """Log a validation or test record and redraw the plot."""
         self.metrics.log(record)
         self.metrics.plot()
 
-    def _evaluate(self, split: str, streams: int) -> EvalResult:
-        """Score a split with the paper's protocol, showing its progress."""
+    def _evaluate(self, split: str, streams: int, abandon: Callable[[], bool] | None) -> EvalResult | None:
+        """Score a split (or its prefix) with the paper's protocol, showing its progress;
+        None when ``abandon`` asked to stop between two windows (in any process: all of
+        them then abandon it)."""
         config = self.config
         with ProgressDisplay(split, config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
-            result = evaluate(self.state.model, self.corpus.split(split), streams, config.bptt,
-                              self.runtime.autocast_dtype, progress=display, block=self.distributed.block(streams, split),
-                              tokenizer=self.corpus.tokenizer, count_words=self.corpus.words is not None)
+            try:
+                result = evaluate(self.state.model, self.eval_data[split][0], streams, config.bptt,
+                                  self.runtime.autocast_dtype, progress=display, block=self.distributed.block(streams, split),
+                                  tokenizer=self.corpus.tokenizer, count_words=self.corpus.words is not None, stop=abandon)
+            except EvaluationStopped:
+                result = None
+        if self.distributed.agree(result is None, 0.0)[0]:
+            return None
         return self.distributed.combine(result)  # each process scored its block of the streams
 
     @contextmanager
@@ -631,21 +699,39 @@ class Trainer:
             self.log_start += time.perf_counter() - start
 
     def interrupted(self, signum: int | None) -> Interrupted:
-        """The error that ends a stopped run (exit status 128 + the signal: 130 for Ctrl-C)."""
+        """The error that ends a stopped run (exit status 128 + the signal: 130 for Ctrl-C),
+        with the command that resumes it: from this step when it is saved, else (a second
+        signal) from the last checkpoint, or from step 0 without one."""
         name = " by SIGTERM" if signum == signal.SIGTERM else ""
-        return Interrupted(f"interrupted{name} at step {self.state.progress.step}; "
-                           f"continue with: {resume_command(self.run_dir)}",
+        step, saved = self.state.progress.step, self.saved_step
+        if saved == step:
+            where = f"at step {step}; continue with"
+        elif saved is None:
+            where = f"at step {step}, before the first checkpoint; start again from step 0 with"
+        else:
+            where = f"at step {step}, before saving it; continue from step {saved} with"
+        return Interrupted(f"interrupted{name} {where}: {resume_command(self.run_dir)}",
                            exit_code=128 + (signum or signal.SIGINT))
 
-    def finish(self) -> dict:
-        """Test the best checkpoint, write ``summary.json``, print a sample; the summary."""
+    def finish(self, abandon: Callable[[], bool] | None = None) -> dict:
+        """Test the best checkpoint (on the first ``test_max_bytes``), write ``summary.json``;
+        the summary.
+
+        Raises:
+            EvaluationStopped: ``abandon`` asked to stop during the test (the training is
+                saved: a resume tests it).
+        """
         config, progress, model = self.config, self.state.progress, self.state.model
         checkpoint.load_weights(model, self.checkpoints.best, self.runtime.device)
-        test = self._evaluate("test", config.test_streams)
+        test = self._evaluate("test", config.test_streams, abandon)
+        if test is None:
+            raise EvaluationStopped
         summary = {
             "run_dir": str(self.run_dir),
             "valid_bpc": progress.best_valid_bpc,
+            "valid_prefix_bytes": self.eval_data["valid"][1],
             "test_bpc": test.bpc,
+            "test_prefix_bytes": self.eval_data["test"][1],
             "test_perplexity": test.perplexity,
             "test_word_perplexity": test.word_perplexity,
             "tokenizer": self.corpus.tokenizer.name,
@@ -657,7 +743,7 @@ class Trainer:
             "parameters_collapsed": model.num_parameters(collapsed=True),
         }
         record = {"split": "test", "step": progress.best_step, "epoch": round(self.epochs_done(), 4),
-                  "run_step": progress.step, **scores(test)}
+                  "run_step": progress.step, **scores(test), **self._prefix("test")}
 
         def write_results() -> None:
             self._record(record)
@@ -666,11 +752,10 @@ class Trainer:
 
         self.distributed.on_main(write_results)
         self.metrics.close()
-        if config.sample_bytes and not self.quiet:
-            self._print_sample()
         return summary
 
-    def _print_sample(self) -> None:
+    def print_sample(self) -> None:
+        """Print ``sample_bytes`` generated from the start of the test split."""
         tokenizer, n = self.corpus.tokenizer, self.config.sample_bytes
         unit = "bytes" if tokenizer.is_bytes else f"{tokenizer.name} tokens"
         prompt = torch.from_numpy(self.corpus.test[:256].astype(np.int64))
@@ -725,8 +810,8 @@ def check_corpus(config: TrainConfig, corpus, trained: Tokenizer | None = None) 
     """Refuse a corpus the run cannot use: a tokenizer that is not the model's (another
     number of token ids than ``model.vocab_size``, bytes being 256; for a trained model,
     ``trained``, other bytes behind its ids: :func:`~sharnn.tokenizer.check_corpus_tokenizer`),
-    a train split shorter than one window of every stream, or evaluation splits too short
-    for their streams.
+    a train split shorter than one window of every stream, or evaluation splits (or their
+    prefixes, ``valid_max_bytes``, ``test_max_bytes``) too short for their streams.
 
     Raises:
         DataError.
@@ -738,10 +823,31 @@ def check_corpus(config: TrainConfig, corpus, trained: Tokenizer | None = None) 
             f"corpus {config.data}: the train split has {len(corpus.train):,} tokens, fewer than one window "
             f"({config.train_streams} streams x {config.bptt + 1} tokens = {need:,}); lower train_streams or bptt"
         )
-    for split, streams in (("valid", config.valid_streams), ("test", config.test_streams)):
-        size = len(corpus.split(split))
+    for split, streams, limit in (("valid", config.valid_streams, config.valid_max_bytes),
+                                  ("test", config.test_streams, config.test_max_bytes)):
+        size = len(split_prefix(corpus, split, limit)[0])
+        if size < 2 * streams and limit and size < len(corpus.split(split)):
+            raise ConfigError(f"{split}_max_bytes={limit}: the first {limit:,} bytes of the {split} split hold {size:,} "
+                              f"tokens, too few for {streams} streams; raise {split}_max_bytes or lower {split}_streams")
         if size < 2 * streams:
             raise DataError(f"corpus {config.data}: the {split} split has {size:,} tokens, too few for {streams} streams")
+
+
+def split_prefix(corpus, split: str, max_bytes: int) -> tuple[np.ndarray, int | None]:
+    """``(ids, bytes)``: the longest prefix of a split whose text is at most ``max_bytes``
+    bytes (whole tokens: for a byte corpus, ``max_bytes`` of them) and the bytes of its
+    text; the whole split and None when ``max_bytes`` is 0 or the split is no longer."""
+    ids = corpus.split(split)
+    if max_bytes <= 0:
+        return ids, None
+    if corpus.tokenizer.is_bytes:
+        count = min(max_bytes, len(ids))
+        size = count
+    else:
+        ends = np.cumsum(corpus.tokenizer.byte_lengths()[ids])  # where each token's text ends
+        count = int(np.searchsorted(ends, max_bytes, side="right"))
+        size = int(ends[count - 1]) if count else 0
+    return (ids, None) if count == len(ids) else (ids[:count], size)
 
 
 def mean_bytes_per_token(corpus) -> float:
@@ -813,9 +919,10 @@ class _NoMetrics:
 class _StopRequest:
     """Whether to stop after this step: Ctrl-C or SIGTERM (the signal schedulers send
     before preempting a job), turned into a flag so that the run stops at a step boundary
-    and saves ``latest`` (a second signal interrupts at once, but under torchrun, which
-    passes a signal on to processes that may have had it already); or the caller's
-    ``should_stop``."""
+    (or abandons a validation or test between two windows) and saves ``latest``; or the
+    caller's ``should_stop``. A second signal interrupts at once (KeyboardInterrupt),
+    but not while a checkpoint is written (:meth:`deferred`: it stops after it) nor under
+    torchrun, which passes a signal on to processes that may have had it already."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -823,6 +930,7 @@ class _StopRequest:
         self.should_stop = should_stop
         self.under_torchrun = under_torchrun
         self.signal: int | None = None  # the first signal received
+        self._saving = False
         self._previous = {}
 
     def __enter__(self):
@@ -834,10 +942,25 @@ class _StopRequest:
         asked = self.should_stop is not None and bool(self.should_stop(progress))
         return asked or self.signal is not None
 
+    def signalled(self) -> bool:
+        """Whether a signal asked to stop (evaluations ask this between two windows)."""
+        return self.signal is not None
+
+    @contextmanager
+    def deferred(self):
+        """Inside, a second signal only adds to the request: a checkpoint being written is
+        completed (its files staged, flushed and renamed) before the run stops."""
+        self._saving = True
+        try:
+            yield
+        finally:
+            self._saving = False
+
     def _handle(self, signum, frame):
-        if self.signal is not None and not self.under_torchrun:
+        if self.signal is None:
+            self.signal = signum
+        elif not (self.under_torchrun or self._saving):
             raise KeyboardInterrupt
-        self.signal = signum
 
     def __exit__(self, *exc):
         for sig, previous in self._previous.items():
