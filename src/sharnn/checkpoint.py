@@ -32,9 +32,9 @@ These are the three parts of ``sharnn.train.TrainingState.state_dict()``: ``mode
     best   -> checkpoints/...     the checkpoint with the best validation BPC
 
 A checkpoint is written into a staging folder of a unique name, flushed to disk and
-renamed; the links are swapped atomically. Only the run's writer (one process: see
-:func:`sharnn.train.train`) writes them. A crash therefore leaves the previous link and never a
-half-written checkpoint; checkpoints no link points to are deleted after each save.
+renamed; the links are swapped atomically. A crash therefore leaves the previous link and
+never a half-written checkpoint; checkpoints no link points to are deleted after each
+save. One process writes them: the run's writer (see :func:`sharnn.train.train`).
 
 The functions that read a checkpoint (:func:`resolve`, :func:`read_config`,
 :func:`load_model`) also take a folder in the Hugging Face Hub layout, written by
