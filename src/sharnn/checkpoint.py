@@ -31,9 +31,10 @@ These are the three parts of ``sharnn.train.TrainingState.state_dict()``: ``mode
     latest -> checkpoints/...     the newest checkpoint (what --resume continues from)
     best   -> checkpoints/...     the checkpoint with the best validation BPC
 
-A checkpoint is written into a staging folder, flushed to disk and renamed; the links
-are swapped atomically. A crash therefore leaves the previous link and never a
-half-written checkpoint; checkpoints no link points to are deleted after each save.
+A checkpoint is written into a staging folder of a unique name, flushed to disk and
+renamed; the links are swapped atomically. A crash therefore leaves the previous link and
+never a half-written checkpoint; checkpoints no link points to are deleted after each
+save. One process writes them: the run's writer (see :func:`sharnn.train.train`).
 
 The functions that read a checkpoint (:func:`resolve`, :func:`read_config`,
 :func:`load_model`) also take a folder in the Hugging Face Hub layout, written by
@@ -58,6 +59,7 @@ from safetensors.torch import load_file
 
 from .config import TrainConfig, load_config, to_yaml
 from .errors import CheckpointError, ConfigError, RunError
+from .files import staging_folder
 from .model import SHARNN, SHARNNConfig, State, pretrained_config
 from .pretrained import CONFIG_JSON, apply_weights, read_config_json
 from .tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
@@ -67,7 +69,8 @@ TRAIN_CONFIG_FILE = "train_config.yaml"  # an exported folder's TrainConfig
 
 
 def write_checkpoint(folder: Path, config: TrainConfig, state: dict, info: dict[str, str] | None = None) -> Path:
-    """Write a checkpoint folder atomically: into a staging sibling, flushed, then renamed.
+    """Write a checkpoint folder atomically: into a staging folder beside it
+    (:func:`sharnn.files.staging_folder`), flushed, then renamed.
 
     Args:
         folder: the folder to create.
@@ -80,26 +83,23 @@ def write_checkpoint(folder: Path, config: TrainConfig, state: dict, info: dict[
     Raises:
         CheckpointError: ``folder`` exists, the disk lacks room for the checkpoint, or a
             write fails (the disk filled, a quota, an I/O error). Nothing is left behind:
-            the staging folder is removed and ``folder`` is not created.
+            this call's staging folder is removed (no other) and ``folder`` is not created.
     """
     folder = Path(folder)
-    if folder.exists():
+    if folder.exists() or folder.is_symlink():
         raise CheckpointError(f"{folder} already exists")
-    staging = folder.with_name(f".{folder.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
     try:
         files = _serialise(config, state, info)
         folder.parent.mkdir(parents=True, exist_ok=True)
         _check_free_space(folder.parent, sum(map(len, files.values())))
-        staging.mkdir()
-        for name, data in files.items():
-            with open(staging / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(staging, folder)
+        with staging_folder(folder) as staging:
+            for name, data in files.items():
+                with open(staging / name, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(staging, folder)
     except (OSError, RuntimeError, SafetensorError) as e:
-        shutil.rmtree(staging, ignore_errors=True)
         reason = e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split())[:200]
         raise CheckpointError(f"cannot write the checkpoint {folder}: {reason}") from None
     return folder
@@ -183,12 +183,16 @@ def read_checkpoint(folder: Path, n_layers: int, device: str | torch.device = "c
 
 
 def point(link: Path, target: Path) -> None:
-    """Make ``link`` a relative symbolic link to ``target``, replacing it atomically."""
-    tmp = link.with_name(f".{link.name}.tmp")
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
-    tmp.symlink_to(os.path.relpath(target, link.parent))
-    os.replace(tmp, link)
+    """Make ``link`` a relative symbolic link to ``target``, replacing it atomically: the
+    new link is made in a staging folder of a unique name beside it and renamed over it.
+
+    Raises:
+        OSError: the file system refused; ``link`` is left as it was.
+    """
+    with staging_folder(link) as staging:
+        staging.rmdir()  # the new link takes the staging folder's name
+        staging.symlink_to(os.path.relpath(target, link.parent))
+        os.replace(staging, link)
 
 
 def resolve(path: str | Path) -> Path:
@@ -326,8 +330,8 @@ class RunCheckpoints:
         if best:
             point(self.best, target)
         linked = self._linked()
-        for folder in target.parent.iterdir():
-            if folder.resolve() not in linked and not folder.name.startswith("."):
+        for folder in target.parent.glob("step-*"):  # the checkpoints this class writes, and nothing else
+            if folder.is_dir() and not folder.is_symlink() and folder.resolve() not in linked:
                 shutil.rmtree(folder)
         return target
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 
 from .errors import Interrupted, SharnnError
+from .files import Terminated
 
 
 class _Command(click.Command):
@@ -65,6 +66,9 @@ class _Group(click.Group):
             sys.exit(1)
         except KeyboardInterrupt:
             _interrupted()
+        except Terminated:
+            click.echo("terminated", err=True)
+            sys.exit(143)
 
 
 def _interrupted():
@@ -108,9 +112,14 @@ def _usage_error(e: click.UsageError):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="sharnn")
-def main():
+@click.pass_context
+def main(ctx):
     """SHA-RNN toolkit: the Single Headed Attention RNN (Merity 2019) for byte-level
     language modelling. Run `sharnn COMMAND --help` for each command."""
+    from .files import sigterm_raises
+
+    if ctx.invoked_subcommand != "train":  # training stops at the end of a step on SIGTERM (sharnn.train)
+        ctx.with_resource(sigterm_raises())  # clean-ups run, as for Ctrl-C; exit status 143
 
 
 @main.group()
@@ -121,11 +130,13 @@ def prepare():
 @prepare.command("enwik8")
 @click.option("--source", default=None, help="enwik8.zip or the raw enwik8 file: a path or an http(s) URL [default: the canonical URL].")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-def prepare_enwik8_command(source, out):
+@click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, never its "
+                                                   "target); an existing folder is never replaced.")
+def prepare_enwik8_command(source, out, force):
     """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
     from .data import ENWIK8_URL, prepare_enwik8
 
-    folder = prepare_enwik8(source or ENWIK8_URL, out)
+    folder = prepare_enwik8(source or ENWIK8_URL, out, force=force)
     click.echo(f"prepared enwik8 in {folder}")
 
 
@@ -135,12 +146,14 @@ def prepare_enwik8_command(source, out):
                    "(.gz or not) [default: the copy bundled with sharnn].")
 @click.option("--tokenizer", default="words", show_default=True, help="bytes, words or bpe:N (e.g. bpe:8000).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-def prepare_wikitext2_command(source, tokenizer, out):
+@click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, never its "
+                                                   "target); an existing folder is never replaced.")
+def prepare_wikitext2_command(source, tokenizer, out, force):
     """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
     tokenize it (docs/tokenization.md)."""
     from .data import SPLITS, load_corpus, prepare_wikitext2
 
-    corpus = load_corpus(str(prepare_wikitext2(source, out, tokenizer)))
+    corpus = load_corpus(str(prepare_wikitext2(source, out, tokenizer, force=force)))
     lengths = corpus.tokenizer.byte_lengths()
     for name in SPLITS:
         ids = corpus.split(name)
@@ -154,11 +167,13 @@ def prepare_wikitext2_command(source, tokenizer, out):
 @click.option("--valid-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
 @click.option("--test-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
 @click.option("--tokenizer", default="bytes", show_default=True, help="bytes or bpe:N (trained on the train split).")
-def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer):
+@click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, never its "
+                                                   "target); an existing folder is never replaced.")
+def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
     """Any file or folder of files (concatenated), split by position."""
     from .data import prepare_corpus, prepared_report
 
-    folder = prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer)
+    folder = prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer, force=force)
     for line in prepared_report(folder):
         click.echo(line)
 
@@ -342,7 +357,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
               help="Contiguous pieces coded side by side: faster, each starts cold.")
 @click.option("--device", default="cpu", show_default=True,
               help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.")
-@click.option("--force", "-f", is_flag=True, help="Replace DEST if it exists.")
+@click.option("--force", "-f", is_flag=True, help="Replace DEST if it is a file or a symbolic link (the link, never its target).")
 @click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 @click.argument("overrides", nargs=-1)
 def compress(source, dest, model_path, online, streams, device, force, quiet, overrides):
@@ -385,7 +400,7 @@ def compress(source, dest, model_path, online, streams, device, force, quiet, ov
 @click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
 @click.option("--model", "model_path", default=None, type=click.Path(path_type=Path),
               help="The run or checkpoint SOURCE was compressed with (not for --online files).")
-@click.option("--force", "-f", is_flag=True, help="Replace DEST if it exists.")
+@click.option("--force", "-f", is_flag=True, help="Replace DEST if it is a file or a symbolic link (the link, never its target).")
 @click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 def decompress(source, dest, model_path, force, quiet):
     """Decompress SOURCE to DEST (`-`: standard input or output). Every stream's CRC32 is
@@ -411,17 +426,22 @@ def decompress(source, dest, model_path, force, quiet):
 
 
 def _check_destination(source: Path, dest: Path, force: bool) -> None:
-    """Refuse, before any work, a destination that would overwrite the source or an
-    existing file (without ``force``), or whose folder does not exist."""
+    """Hold ``dest`` for this command alone until it ends (:func:`sharnn.files.output_lock`),
+    then refuse, before any work, a destination that would overwrite the source, an
+    existing file or a symbolic link (dangling or looping too; without ``force``: with
+    it the link is replaced by the file, its target left as it is), a folder, or one
+    whose folder does not exist."""
     from .errors import ConfigError
+    from .files import check_new, output_lock
 
     if str(dest) == "-":
         return
+    click.get_current_context().with_resource(output_lock(dest))
     if str(source) != "-" and dest.exists() and dest.resolve() == source.resolve():
         raise ConfigError(f"{dest} is the input file")
-    if dest.exists() and not force:
-        raise ConfigError(f"{dest} exists; give --force to replace it")
-    if dest.is_dir():
+    if not force or dest.is_symlink():
+        check_new(dest, force, ConfigError, f"{dest} exists; give --force to replace it")
+    elif dest.is_dir():
         raise ConfigError(f"{dest} is a folder")
     if not dest.absolute().parent.is_dir():
         raise ConfigError(f"no folder {dest.absolute().parent}")
@@ -439,8 +459,9 @@ def _read_input(source: Path) -> bytes:
 
 
 def _write_output(dest: Path, data: bytes) -> None:
-    """Write ``data`` to standard output (``-``), or to a temporary file beside ``dest``
-    that is renamed over it once complete: never a half-written ``dest``."""
+    """Write ``data`` to standard output (``-``), or to a temporary file of a unique name
+    beside ``dest`` that is renamed over it once complete: never a half-written ``dest``;
+    a symbolic link there is replaced, never written through."""
     from .files import write_atomically
 
     if str(dest) == "-":
@@ -476,13 +497,15 @@ def _runtime(device: str, precision: str, fast_path: str):
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create; it must not exist.")
 @click.option("--collapse", is_flag=True, help="Fold each value-gate network into its constant first: fewer "
                                                "parameters, the same outputs.")
-def export(checkpoint, out, collapse):
+@click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, never its "
+                                                   "target); an existing folder is never replaced.")
+def export(checkpoint, out, collapse, force):
     """Write a run's best checkpoint (or the given checkpoint) as a folder to share in the
     Hugging Face Hub layout: config.json, model.safetensors, a model card README.md,
     train_config.yaml, training.json and bpc.png (docs/sharing.md)."""
     from .export import export as write_export
 
-    click.echo(f"exported {checkpoint} to {write_export(checkpoint, out, collapse)}")
+    click.echo(f"exported {checkpoint} to {write_export(checkpoint, out, collapse, force)}")
 
 
 @main.group()

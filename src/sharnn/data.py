@@ -21,6 +21,7 @@ import urllib.request
 import zipfile
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor
 
 from .errors import DataError
+from .files import check_new, output_lock, publish, staging_folder
 from .tokenizer import (ByteTokenizer, Tokenizer, check_round_trip, check_spec, load_tokenizer, make_tokenizer,
                         save_tokenizer)
 
@@ -169,6 +171,7 @@ def prepare_enwik8(
     *,
     expected_size: int = ENWIK8_SIZE,
     expected_md5: str = ENWIK8_MD5,
+    force: bool = False,
 ) -> Path:
     """Check and split enwik8 into a prepared corpus folder (docs/data.md, "enwik8").
 
@@ -177,6 +180,7 @@ def prepare_enwik8(
         out: the folder to create; it must not exist yet.
         expected_size, expected_md5: of the raw file (enwik8: 100,000,000 bytes, MD5
             a1fa5ffd...). Only tests change these.
+        force: replace a symbolic link at ``out`` (the link, never its target).
 
     Returns:
         ``out``, holding ``train.bin`` (first 90%), ``valid.bin`` (next 5%), ``test.bin``
@@ -184,10 +188,15 @@ def prepare_enwik8(
 
     Raises:
         DataError: missing, unreadable, truncated or corrupted source; wrong size or MD5;
-            ``out`` already exists.
+            ``out`` already exists, or is a symbolic link (without ``force``).
+        LockError: another process is writing ``out``.
     """
-    out = Path(out)
-    _check_new_folder(out)
+    with _new_folder(out, force) as out:
+        return _prepare_enwik8(source, out, expected_size, expected_md5)
+
+
+def _prepare_enwik8(source: str, out: Path, expected_size: int, expected_md5: str) -> Path:
+    """:func:`prepare_enwik8`, with ``out`` locked and checked."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
         tmp = Path(tmp)
@@ -216,6 +225,7 @@ def prepare_corpus(
     valid_fraction: float = 0.05,
     test_fraction: float = 0.05,
     tokenizer: str = "bytes",
+    force: bool = False,
 ) -> Path:
     """Turn any file or folder of files into a prepared, memory-mappable corpus folder:
     its bytes split by position, then tokenized with ``tokenizer`` (``bytes`` or
@@ -228,14 +238,20 @@ def prepare_corpus(
         DataError: an unknown tokenizer or ``words`` (refused before the source is read);
             the source does not exist, or is too small for every split to get the 2
             tokens it needs (one prediction); text the tokenizer cannot represent exactly
-            (checked by decoding every split); ``out`` already exists. Nothing is
-            created then.
+            (checked by decoding every split); ``out`` already exists, or is a symbolic
+            link (without ``force``: with it the link is replaced, never its target).
+            Nothing is created then.
+        LockError: another process is writing ``out``.
     """
-    out = Path(out)
     if tokenizer == "words":
         raise DataError("the words tokenizer is exact only on WikiText's format: use sharnn prepare wikitext-2")
     check_spec(tokenizer, words=False)
-    _check_new_folder(out)
+    with _new_folder(out, force) as out:
+        return _prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer)
+
+
+def _prepare_corpus(source: str | Path, out: Path, valid_fraction: float, test_fraction: float, tokenizer: str) -> Path:
+    """:func:`prepare_corpus`, with ``out`` locked and checked."""
     corpus = load_corpus(str(source), valid_fraction, test_fraction)
     if not corpus.tokenizer.is_bytes:
         raise DataError(f"{source} is a corpus of {corpus.tokenizer.name} tokens, not text: prepare from its text")
@@ -299,7 +315,7 @@ def _character_start(data: bytes, i: int) -> int:
     return i
 
 
-def prepare_wikitext2(source: str | Path | None, out: str | Path, tokenizer: str = "words") -> Path:
+def prepare_wikitext2(source: str | Path | None, out: str | Path, tokenizer: str = "words", force: bool = False) -> Path:
     """Check and tokenize WikiText-2 (v1, tokenized) into a prepared corpus folder
     (docs/tokenization.md).
 
@@ -309,6 +325,7 @@ def prepare_wikitext2(source: str | Path | None, out: str | Path, tokenizer: str
             the copy bundled with sharnn (:func:`bundled_wikitext2`), checked the same way.
         out: the folder to create; it must not exist yet.
         tokenizer: ``bytes``, ``words`` or ``bpe:N`` (trained on the train split).
+        force: replace a symbolic link at ``out`` (the link, never its target).
 
     Returns:
         ``out``, with the splits, ``tokenizer.json`` (words, bpe) and ``meta.json``,
@@ -317,11 +334,16 @@ def prepare_wikitext2(source: str | Path | None, out: str | Path, tokenizer: str
     Raises:
         DataError: a missing split; one whose word count or SHA-256 is not WikiText-2's
             (truncated or altered); a vocabulary other than its 33,278 types; a
-            tokenization that does not decode to exactly the text; ``out`` exists.
-            Nothing is created then.
+            tokenization that does not decode to exactly the text; ``out`` exists, or is
+            a symbolic link (without ``force``). Nothing is created then.
+        LockError: another process is writing ``out``.
     """
-    out = Path(out)
-    _check_new_folder(out)
+    with _new_folder(out, force) as out:
+        return _prepare_wikitext2(source, out, tokenizer)
+
+
+def _prepare_wikitext2(source: str | Path | None, out: Path, tokenizer: str) -> Path:
+    """:func:`prepare_wikitext2`, with ``out`` locked and checked."""
     recorded = "bundled" if source is None else str(source)
     source = bundled_wikitext2() if source is None else source
     texts = _read_wikitext2(Path(source))
@@ -378,9 +400,14 @@ def _check_wikitext2(split: str, text: bytes, source) -> int:
     return count
 
 
-def _check_new_folder(out: Path) -> None:
-    if out.exists():
-        raise DataError(f"{out} already exists; choose another --out or remove it")
+@contextmanager
+def _new_folder(out: str | Path, force: bool) -> Iterator[Path]:
+    """``out`` as a Path, written by this process alone inside the block, after refusing
+    one that exists or (without ``force``) is a symbolic link."""
+    out = Path(out)
+    with output_lock(out):
+        check_new(out, force, DataError, f"{out} already exists; choose another --out or remove it")
+        yield out
 
 
 def _fetch(url: str, folder: Path) -> Path:
@@ -425,9 +452,7 @@ def _write_prepared(out: Path, splits, tokenizer: Tokenizer, meta: dict) -> None
     """Create ``out`` with the three splits (token ids in the smallest unsigned dtype that
     holds the vocabulary), ``meta.json`` and the tokenizer, through a staging folder."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staging = Path(tmp) / "splits"
-        staging.mkdir()
+    with staging_folder(out) as staging:
         save_tokenizer(tokenizer, staging)
         _write_splits(out, staging, splits, tokenizer, meta)
 
@@ -440,7 +465,8 @@ def smallest_uint(vocab_size: int) -> np.dtype:
 def _write_splits(out: Path, staging: Path, splits, tokenizer: Tokenizer, meta: dict) -> None:
     """Write the three splits and meta.json into ``staging`` (which exists), then rename
     it to ``out``. ``meta`` gains the tokenizer, the dtype and each split's token count
-    (and, for bytes, its byte count)."""
+    (and, for bytes, its byte count); a symbolic link at ``out`` is replaced
+    (:func:`sharnn.files.publish`)."""
     dtype = smallest_uint(tokenizer.vocab_size)
     meta = dict(meta, tokenizer=tokenizer.name, vocab_size=tokenizer.vocab_size, dtype=dtype.name)
     lengths = tokenizer.byte_lengths()
@@ -452,7 +478,7 @@ def _write_splits(out: Path, staging: Path, splits, tokenizer: Tokenizer, meta: 
         meta[f"{name}_tokens"] = int(len(data))
         meta[f"{name}_bytes"] = int(len(data)) if tokenizer.is_bytes else int(lengths[np.asarray(data)].sum())
     (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(staging, out)
+    publish(staging, out)
 
 
 def batchify(data: np.ndarray, streams: int) -> Tensor:

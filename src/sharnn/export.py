@@ -9,8 +9,9 @@ the Hugging Face Hub layout (docs/sharing.md)::
     training.json        the record of the run (:func:`training_record`)
     bpc.png              the training curve (absent for a checkpoint outside a run folder)
 
-The folder is written into a staging folder beside it, flushed and renamed: an error
-leaves nothing behind.
+The folder is written into a staging folder of a unique name beside it, flushed and
+renamed: an error, Ctrl-C or SIGTERM leaves nothing behind, and nothing but that staging
+folder is ever removed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from omegaconf import OmegaConf
 from . import checkpoint
 from .config import TrainConfig, to_yaml
 from .errors import CheckpointError
+from .files import check_new, output_lock, publish, staging_folder
 from .metrics import plot_bpc, read_records
 from .model import SHARNN, SHARNNConfig
 from .tokenizer import ByteTokenizer, Tokenizer, save_tokenizer
@@ -56,33 +58,41 @@ _WIKITEXT2 = {"licence": "CC BY-SA 3.0, as the WikiText-2 text it was trained on
 _WIKITEXT2_SPLIT = "as WikiText-2 is: its own train, valid and test files (wiki.*.tokens)"
 
 
-def export(source: str | Path, out: str | Path, collapse: bool = False) -> Path:
+def export(source: str | Path, out: str | Path, collapse: bool = False, force: bool = False) -> Path:
     """Write the checkpoint at ``source`` (a run folder: its best checkpoint) into the new
-    folder ``out``; with ``collapse``, the model after :meth:`SHARNN.collapse`.
+    folder ``out``; with ``collapse``, the model after :meth:`SHARNN.collapse`. This
+    process alone writes ``out`` meanwhile (:func:`sharnn.files.output_lock`).
 
     Returns:
         ``out``.
 
     Raises:
         CheckpointError: no checkpoint at ``source``, an already exported one, a
-            checkpoint without a training record, or ``out`` exists (left untouched).
+            checkpoint without a training record, or ``out`` exists or (without
+            ``force``) is a symbolic link, dangling or not (left untouched; with
+            ``force`` the link is replaced by the folder, its target left as it is).
+        LockError: another process is writing ``out``.
         OSError: the file system refused; nothing is left behind.
     """
-    folder, out = checkpoint.resolve(source), Path(out)
+    out = Path(out)
+    with output_lock(out):
+        return _export(source, out, collapse, force)
+
+
+def _export(source: str | Path, out: Path, collapse: bool, force: bool) -> Path:
+    """:func:`export`, with ``out`` locked."""
+    folder = checkpoint.resolve(source)
     if checkpoint.is_pretrained(folder):
         raise CheckpointError(f"{folder} is an exported model already: export takes a run or a checkpoint")
-    if out.exists() or out.is_symlink():
-        raise CheckpointError(f"{out} exists: export writes a new folder")
+    check_new(out, force, CheckpointError, f"{out} exists: export writes a new folder")
     model, config = checkpoint.load_model(folder)
     run = folder.parent.parent if folder.parent.name == "checkpoints" else None  # checkpoints/step-N of a run
     records = read_records(run) if run else []
     record = training_record(folder, model, records, read_summary(run) if run else None)
     if collapse:
         model.collapse()
-    staging = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        staging.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with staging_folder(out) as staging:
         curve = _write_curve(run, records, staging / CURVE_FILE)
         tokenizer = checkpoint.read_tokenizer(folder)
         model.save_pretrained(staging, model_card_kwargs=card_fields(config, record, out, curve, tokenizer))
@@ -92,10 +102,7 @@ def export(source: str | Path, out: str | Path, collapse: bool = False) -> Path:
         for file in staging.iterdir():
             with open(file, "rb") as f:
                 os.fsync(f.fileno())
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        publish(staging, out)
     return out
 
 

@@ -1,28 +1,222 @@
-"""Writing a file a user keeps (a config, a summary, a model, a decompressed output) so
-that a crash, a kill or a full disk never leaves it half-written."""
+"""Writing what a user keeps (a config, a summary, a model, a decompressed output, a
+prepared corpus, an exported folder) so that a crash, a kill or a full disk never leaves
+it half-written, that one process at a time writes it, and that nothing but what this
+process made is ever deleted:
+
+- :func:`write_atomically`: a file, through a temporary file of a unique name beside it.
+- :func:`staging_folder` and :func:`publish`: a folder, built inside a private folder of
+  a unique name beside it and renamed into place.
+- :class:`Lock` and :func:`output_lock`: an OS lock (``flock``, through ``filelock``)
+  held by the one process that writes a run folder or an output; the kernel drops it
+  when the process ends, however it ends (``kill -9`` too), so a dead writer never
+  blocks the next one.
+- :func:`sigterm_raises`: SIGTERM raises :class:`Terminated`, as Ctrl-C raises
+  ``KeyboardInterrupt``, so that the clean-ups of a command run.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
+import signal
+import stat
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from .errors import SharnnError
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once, at import: os.umask can only be read by setting it
+
+
+class LockError(SharnnError):
+    """A run folder or an output that another process is writing, or a lock that cannot be taken."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process was (see :func:`sigterm_raises`). Not an
+    ``Exception``, so that no error handler takes it for an error of its own."""
 
 
 def write_atomically(path: str | Path, data: bytes | str) -> None:
-    """Write ``data`` (``str`` as UTF-8) to ``path`` through a temporary file beside it
-    (``.NAME.tmp``), flushed to disk and renamed over it: ``path`` holds either what it
-    held before or all of ``data``. The temporary file is removed on any error.
+    """Write ``data`` (``str`` as UTF-8) to ``path`` through a temporary file of a unique
+    name beside it (``.NAME.XXXXXXXX.tmp``, made by this call), flushed to disk and
+    renamed over it: ``path`` holds either what it held before or all of ``data``. A
+    symbolic link at ``path`` is replaced by the file, its target left as it is. The
+    file gets the usual mode (0666 less the umask). The temporary file is removed on any
+    error; no other file is ever removed.
 
     Raises:
         OSError: the file system refused (a full disk, a quota, permissions).
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)  # mkstemp makes it 0600
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def staging_folder(destination: Path) -> Iterator[Path]:
+    """A new empty folder (the usual mode) in which to build ``destination``: named like
+    it, inside a private folder beside it that this call makes under a unique name
+    (``.NAME.XXXXXXXX.tmp``). Rename it to ``destination`` inside the block
+    (:func:`publish`); on leaving the block, by any way (an error, Ctrl-C, SIGTERM under
+    :func:`sigterm_raises`), the private folder is removed with whatever is left in it.
+    Nothing else is ever removed.
+
+    Raises:
+        OSError: the file system refused.
+    """
+    with tempfile.TemporaryDirectory(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp") as private:
+        staging = Path(private) / destination.name
+        staging.mkdir()
+        yield staging
+
+
+def publish(staging: Path, destination: Path) -> None:
+    """Rename the finished ``staging`` to ``destination``. A symbolic link there (which
+    :func:`check_new` lets through only with ``force``) is removed first: the link, never
+    its target.
+
+    Raises:
+        OSError: the file system refused; ``staging`` is left where it was.
+    """
+    if destination.is_symlink():
+        destination.unlink()
+    os.replace(staging, destination)
+
+
+def check_new(path: Path, force: bool, error: type[SharnnError], exists: str) -> None:
+    """Refuse a destination that exists (``error(exists)``) or that is a symbolic link,
+    even a dangling or looping one, unless ``force``: a link is then replaced by
+    :func:`publish`, never written through. An existing file or folder is never replaced.
+
+    Raises:
+        error: as above.
+    """
+    if path.is_symlink():
+        if not force:
+            raise error(f"{path} is a symbolic link (to {os.readlink(path)}); give --force to replace the link "
+                        f"(its target is left as it is)")
+    elif path.exists():
+        raise error(exists)
+
+
+class Lock:
+    """An exclusive OS lock on ``file`` (``flock`` through :class:`filelock.FileLock`),
+    held from :meth:`acquire` until :meth:`release` or the end of the process. The
+    holder writes its PID and command line into ``file``, which a refused process reads
+    for its message. The file is never deleted (deleting a lock file lets two processes
+    lock two different files of one name)."""
+
+    def __init__(self, file: Path, what: str):
+        self.file, self.what = Path(file), what
+        self._lock = FileLock(self.file, timeout=0)
+
+    def acquire(self) -> None:
+        """Take the lock (nothing happens if this object holds it already).
+
+        Raises:
+            LockError: another process holds it: ``WHAT is in use by process PID
+                (COMMAND); wait for it or stop it``.
+            OSError: the lock file cannot be made (its folder is read-only, say).
+        """
+        if self._lock.is_locked:
+            return
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise LockError(f"{self.what} is in use by {self._holder()}; wait for it or stop it") from None
+        try:
+            self.file.write_text(f"{os.getpid()} {_command_line()}\n")
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Drop the lock if this object holds it."""
+        self._lock.release(force=True)
+
+    def __enter__(self) -> Lock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _holder(self) -> str:
+        try:
+            pid, command = self.file.read_text().rstrip("\n").split(" ", 1)
+        except (OSError, ValueError):  # the holder has not written it yet
+            return "another process"
+        return f"process {pid} ({command})"
+
+
+def output_lock(path: Path) -> Lock:
+    """The :class:`Lock` of one output (a file or folder in a user's folder). Its lock file
+    is not put in the user's folder but in this user's private folder of locks in the
+    temporary folder (``$TMPDIR/sharnn-locks-UID``), named by the SHA-256 of the
+    output's absolute path (its folder's symbolic links resolved). Processes of one user
+    with one temporary folder exclude each other.
+
+    Raises:
+        LockError: the folder of locks is not a folder this user owns.
+        OSError: it cannot be made.
+    """
+    where = os.path.join(os.path.realpath(path.absolute().parent), path.name)
+    digest = hashlib.sha256(os.fsencode(where)).hexdigest()[:32]
+    return Lock(_lock_folder() / f"{digest}.lock", str(path))
+
+
+def _lock_folder() -> Path:
+    folder = Path(tempfile.gettempdir()) / f"sharnn-locks-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise LockError(f"{folder} is not a folder of this user's: remove it, or set TMPDIR to another folder")
+    return folder
+
+
+def _command_line() -> str:
+    """This process's command line, as ``sharnn ARGS`` for the command-line tool (started
+    as ``sharnn``, ``python -m sharnn`` or ``python -m sharnn.cli``)."""
+    program = Path(sys.argv[0])
+    if program.name == "sharnn" or (program.parent.name == "sharnn" and program.name in ("__main__.py", "cli.py")):
+        return shlex.join(["sharnn", *sys.argv[1:]])
+    return shlex.join(["python", *sys.argv])
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Inside the block, SIGTERM raises :class:`Terminated` where the process is (so that
+    ``finally`` and ``except BaseException`` clean-ups run, as for Ctrl-C); a second
+    SIGTERM is ignored until the block ends, so that it does not cut the clean-ups
+    short. Outside the main thread, where Python cannot take signals, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -50,7 +50,7 @@ from .data import batchify, get_batch, load_corpus, window_length
 from .distributed import Distributed, launched_by_torchrun, launcher, launcher_as_typed
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import EvalResult, EvaluationStopped, evaluate
-from .files import write_atomically
+from .files import Lock, write_atomically
 from .generate import generate
 from .metrics import MetricsLog
 from .model import SHARNN, State
@@ -254,6 +254,9 @@ def train(
     Raises:
         RunError: ``run_dir`` exists or cannot be created (without ``resume``), or is not
             a run folder (with it).
+        LockError: another process is training in ``run_dir`` (the main process holds
+            ``run_dir/.lock`` for the run's life, from before anything of the run is
+            read; the kernel drops it when the process ends, ``kill -9`` too).
         ConfigError: a change of a setting a resume cannot change; an unusable device or
             precision, or a model the corpus does not fit.
         Interrupted: Ctrl-C, SIGTERM or ``should_stop`` stopped the run (after saving
@@ -264,7 +267,15 @@ def train(
         TrainingDiverged: the loss became NaN or infinite, or ran away far above the
             uniform baseline (nothing is saved from that state; the last good checkpoint stays).
     """
-    trainer = Trainer(config, run_dir, resume=resume, quiet=quiet)
+    lock = Lock(Path(run_dir) / LOCK_FILE, str(run_dir))
+    try:
+        return _train(Trainer(config, run_dir, resume=resume, quiet=quiet, lock=lock), config, should_stop)
+    finally:
+        lock.release()
+
+
+def _train(trainer: Trainer, config: TrainConfig, should_stop: Callable[[Progress], bool] | None) -> dict:
+    """The steps of :func:`train`, with ``trainer`` set up."""
     if trainer.summary is not None:  # resumed a run that had already finished
         return trainer.summary
     with _StopRequest(should_stop, trainer.distributed.active) as stop_requested:
@@ -361,16 +372,21 @@ def _flatten(mapping: dict, prefix: str = "") -> dict:
     return flat
 
 
+LOCK_FILE = ".lock"  # in a run folder: held by the process that trains in it (sharnn.files.Lock)
+
+
 class Trainer:
     """One run of the recipe: its set-up (a new run, a resumed one, or one started from
     trained weights) and the named steps :func:`train` calls, around a :class:`TrainingState`."""
 
-    def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False):
+    def __init__(self, config: TrainConfig, run_dir: str | Path, *, lock: Lock, resume: bool = False, quiet: bool = False):
         device = resolve_device(config.device)
         self.distributed = Distributed.from_environment(device.type)
         for name in ("train_streams", "valid_streams", "test_streams"):
             self.distributed.block(getattr(config, name), name)  # refuses streams the processes cannot share
-        self.config, self.run_dir = config, Path(run_dir)
+        self.config, self.run_dir, self.lock = config, Path(run_dir), lock
+        if resume:  # a new run's folder is locked as it is made (_create_run_folder)
+            self.distributed.on_main(self._lock_run_folder)
         self.quiet = quiet or not self.distributed.is_main
         self.summary = None
         self.checkpoints = checkpoint.RunCheckpoints(self.run_dir)
@@ -423,6 +439,12 @@ class Trainer:
             return checkpoint.read_tokenizer(source, checkpoint.read_config(source).model.vocab_size)
         return None
 
+    def _lock_run_folder(self) -> None:
+        """Take the run folder to resume for this process alone (a folder that is not
+        there is refused by the resume, not made by its lock)."""
+        if self.run_dir.is_dir():
+            self.lock.acquire()
+
     def _start(self, restart: bool) -> None:
         """A new run, or (``restart``) a run folder that has no checkpoint yet, from step 0.
         The main process alone creates the run folder."""
@@ -444,6 +466,7 @@ class Trainer:
             raise RunError(f"run folder {self.run_dir} already exists; resume it with --resume or choose another --out")
         try:
             self.run_dir.mkdir(parents=True, exist_ok=restart)
+            self.lock.acquire()
             write_atomically(self.run_dir / "config.yaml", to_yaml(self.config))
         except OSError as e:
             raise RunError(f"cannot create the run folder {self.run_dir}: {e.strerror or e}") from None
