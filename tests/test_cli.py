@@ -594,6 +594,12 @@ def test_public_names_load_on_first_use_and_evaluate_is_the_function():
         "assert sharnn.evaluate is evaluate and callable(evaluate) and sharnn.generate is generate\n"
         "assert all(getattr(sharnn, name) is not None for name in sharnn.__all__)\n"
         "assert set(sharnn.__all__) <= set(dir(sharnn))\n"
+        "assert sharnn.checkpoint.load_model.__module__ == 'sharnn.checkpoint'\n"  # submodules, as an eager package has them
+        "assert callable(sharnn.compress.compress) and callable(sharnn.data.load_corpus)\n"
+        "try:\n"
+        "    sharnn.nothing\n"
+        "except AttributeError as e:\n"
+        "    assert str(e) == \"module 'sharnn' has no attribute 'nothing'\"\n"
         "print(SHARNN.__module__, TrainingState.__module__)\n"
     )
     assert done.returncode == 0, done.stderr

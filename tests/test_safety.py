@@ -208,6 +208,46 @@ def test_files_named_like_old_staging_names_survive_a_resume(run_dir):
     assert {p.name for p in (run_dir / "checkpoints").iterdir()} == {".step-00000016.tmp", "notes.txt", *linked}
 
 
+def test_a_resume_removes_the_staging_folders_a_killed_save_left_and_nothing_else(run_dir):
+    """``kill -9`` during a save leaves its staging folder (a unique name made by
+    tempfile): the next writer of the run, which holds its lock, removes those alone."""
+    left = [run_dir / "checkpoints" / ".step-00000016.k3x_9ab2.tmp", run_dir / ".latest.q8w2mm0z.tmp"]
+    kept = [run_dir / "checkpoints" / ".step-00000016.tmp", run_dir / "checkpoints" / ".step-16.abcdefgh.tmp",
+            run_dir / ".notes.abcdefgh.tmp"]
+    for folder in left + kept:
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"half")
+    assert_ok(cli("train", "--resume", run_dir, "--quiet", "max_steps=16"))
+    assert not any(folder.exists() for folder in left)
+    assert all((folder / "model.safetensors").read_bytes() == b"half" for folder in kept)
+
+
+def test_resuming_a_folder_that_is_not_a_run_leaves_no_lock_file(tmp_path):
+    from sharnn.config import load_config
+    from sharnn.errors import RunError
+    from sharnn.train import train
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(RunError):
+        train(load_config("tiny", SMALL), folder, resume=True, quiet=True)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+def test_sigterm_while_a_training_sets_up_is_one_line(tmp_path):
+    """Before the training loop takes the signals over (loading torch and the corpus,
+    building the model) SIGTERM ends ``sharnn train`` with one line and status 143."""
+    corpus = write_small_corpus(tmp_path / "small.txt")
+    for delay in (0.5, 1.5):
+        process = sharnn_process("train", "--preset", "tiny", "--out", tmp_path / f"run{delay}", "--quiet", *SMALL,
+                                 f"data={corpus}")
+        threading.Timer(delay, process.send_signal, (signal.SIGTERM,)).start()
+        _, stderr = process.communicate(timeout=120)
+        assert (process.returncode, stderr) == (143, "terminated\n") or (  # the loop had begun: it saved
+            process.returncode == 143 and stderr.startswith("interrupted by SIGTERM")), (process.returncode, stderr)
+
+
 def test_a_folder_named_like_the_old_export_staging_survives_an_export(tmp_path, run_dir):
     out = tmp_path / "model"
     (tmp_path / ".model.tmp").mkdir()

@@ -66,6 +66,13 @@ def test_words_reproduce_the_published_counts_and_vocabulary(words):
     assert corpus.tokenizer.decode_bytes(corpus.test) == text("test")
 
 
+def test_prepare_wikitext2_refuses_a_bad_tokenizer_before_reading_anything(tmp_path):
+    for source in ([], ["--source", tmp_path / "nowhere"]):
+        assert_user_error(cli("prepare", "wikitext-2", *source, "--tokenizer", "bpe:x", "--out", tmp_path / "w"),
+                          "unknown tokenizer 'bpe:x'")
+    assert not (tmp_path / "w").exists()
+
+
 def test_prepare_wikitext2_command_uses_the_bundled_copy_and_reports_the_counts(tmp_path, words):
     result = cli("prepare", "wikitext-2", "--tokenizer", "words", "--out", tmp_path / "w")  # no --source
     assert_ok(result)

@@ -42,7 +42,7 @@ from helpers import (  # noqa: E402
 )
 
 from sharnn import train as train_module  # noqa: E402
-from sharnn.checkpoint import load_model  # noqa: E402
+from sharnn.checkpoint import load_model, read_info  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
 from sharnn.errors import Interrupted, TrainingDiverged  # noqa: E402
 from sharnn.runtime import Runtime  # noqa: E402
@@ -356,7 +356,14 @@ def test_sigterm_during_a_validation_abandons_it_and_the_resume_is_exact(tmp_pat
     assert [r["step"] for r in metrics(run_dir) if r["split"] == "valid"] == [8]
     monkeypatch.undo()
 
-    train(config, run_dir, resume=True, quiet=True)
+    # Resumed to the end of step 16 only: its checkpoint is written again with the score of
+    # the validation the resume did, so that it reads as a validated one (info, export).
+    train(dataclasses.replace(config, max_steps=16), run_dir, resume=True, quiet=True)
+    valid_16 = [r["bpc"] for r in metrics(run_dir) if r["split"] == "valid" and r["step"] == 16]
+    info = read_info(run_dir / "latest")
+    assert info["step"] == "16" and [float(info["valid_bpc"])] == valid_16
+    assert not list((run_dir / "checkpoints" / "step-00000016").glob(".*"))  # no temporary file left
+    train(config, run_dir, resume=True, quiet=True)  # extended to 40: step 16 is not validated again
     _assert_same_run(run_dir, reference)
 
 
@@ -414,9 +421,17 @@ def test_valid_and_test_max_bytes_score_a_prefix_recorded_as_such(tmp_path, corp
     data = train_module.load_corpus(config.data).valid[:1000]
     assert train_module.evaluate(model, data, config.valid_streams, config.bptt).bpc == pytest.approx(summary["valid_bpc"])
 
+    # One prefix throughout a run: for the best checkpoint's choice, and for its test score.
     assert_user_error(cli("train", "--resume", run_dir, "valid_max_bytes=2000"), "cannot change valid_max_bytes")
-    assert_ok(cli("train", "--resume", run_dir, "--quiet", "test_max_bytes=0", "max_steps=14"))
-    assert json.loads((run_dir / "summary.json").read_text())["test_prefix_bytes"] is None
+    assert_user_error(cli("train", "--resume", run_dir, "test_max_bytes=0", "max_steps=14"),
+                      "cannot change test_max_bytes")
+    # An export says the scores are of prefixes, and keeps them out of the card's model-index.
+    assert_ok(cli("export", run_dir, "--out", tmp_path / "exported"))
+    card = (tmp_path / "exported" / "README.md").read_text()
+    assert "on the first 1,000 bytes of the split only" in card and "on the first 600 bytes of the split only" in card
+    assert "model-index" not in card
+    training = json.loads((tmp_path / "exported" / "training.json").read_text())
+    assert (training["valid_prefix_bytes"], training["test_prefix_bytes"]) == (1000, 600)
 
 
 def test_a_prefix_too_short_for_its_streams_is_one_line(tmp_path, corpus_file):

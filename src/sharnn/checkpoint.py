@@ -48,6 +48,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -59,13 +60,15 @@ from safetensors.torch import load_file
 
 from .config import TrainConfig, load_config, to_yaml
 from .errors import CheckpointError, ConfigError, RunError
-from .files import staging_folder
+from .files import staging_folder, write_atomically
 from .model import SHARNN, SHARNNConfig, State, pretrained_config
 from .pretrained import CONFIG_JSON, apply_weights, read_config_json
 from .tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
 
 MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = "model.safetensors", "state.safetensors", "trainer.pt", "config.yaml"
 TRAIN_CONFIG_FILE = "train_config.yaml"  # an exported folder's TrainConfig
+# The staging folders of checkpoints and links (sharnn.files.staging_folder: tempfile's names).
+_STAGING = re.compile(r"\.(step-\d{8}|latest|best)\.[a-z0-9_]{8}\.tmp")
 
 
 def write_checkpoint(folder: Path, config: TrainConfig, state: dict, info: dict[str, str] | None = None) -> Path:
@@ -334,6 +337,37 @@ class RunCheckpoints:
             if folder.is_dir() and not folder.is_symlink() and folder.resolve() not in linked:
                 shutil.rmtree(folder)
         return target
+
+    def rewrite(self, step: int, config: TrainConfig, state: dict, best: bool, info: dict[str, str] | None = None) -> Path:
+        """Write the checkpoint of ``step`` again in place, for a validation done after it
+        was saved: its ``model.safetensors`` (whose header holds ``info``) and then its
+        ``trainer.pt``, each replaced atomically, so that a crash between the two leaves
+        the old training state, which only repeats the validation on resume; point
+        ``best`` at it if ``best``.
+
+        Raises:
+            CheckpointError: a file could not be written; the folder keeps the old one.
+        """
+        target = self.step_folder(step)
+        files = _serialise(config, state, info)
+        try:
+            for name in (MODEL_FILE, TRAINER_FILE):
+                write_atomically(target / name, files[name])
+        except OSError as e:
+            raise CheckpointError(f"cannot write the checkpoint {target}: {e.strerror or e}") from None
+        if best:
+            point(self.best, target)
+        return target
+
+    def remove_staging(self) -> None:
+        """Remove what a writer of this run killed mid-save left half made: the staging
+        folders of its checkpoints and links (``checkpoints/.step-N.XXXXXXXX.tmp``,
+        ``.latest.XXXXXXXX.tmp``, ``.best.XXXXXXXX.tmp``), and nothing else. Only the run's
+        one writer calls this, holding the run's lock."""
+        for folder in (self.run_dir, self.run_dir / "checkpoints"):
+            for path in folder.glob(".*.tmp"):
+                if _STAGING.fullmatch(path.name) and path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
 
     def load_latest(self, n_layers: int, device: str | torch.device) -> dict:
         """The state saved in ``latest`` (see :func:`read_checkpoint`).

@@ -3,7 +3,8 @@
 User errors (bad config, missing file, wrong checksum, incompatible checkpoint, ...)
 print one ``error:`` line and exit with status 1; usage errors (an unknown option, an
 option value out of its range) print one ``error:`` line and exit with status 2; Ctrl-C
-prints ``interrupted`` and exits with status 130.
+prints ``interrupted`` and exits with status 130, SIGTERM ``terminated`` and 143 (``train``
+saves first and prints its resume command, with the same statuses).
 
 torch and the modules that need it are imported inside the commands that use them, so
 that ``--help``, ``--version`` and usage errors answer at once.
@@ -77,22 +78,24 @@ def _interrupted():
 
 
 def _import_torch() -> None:
-    """Import torch, which every command uses, with Ctrl-C ending the process at once:
-    torch's import catches some exceptions and goes on half done, so a KeyboardInterrupt
-    raised inside it can turn into another error (and a traceback) further on."""
+    """Import torch, which every command uses, with Ctrl-C and SIGTERM ending the process
+    at once (one line, status 130 or 143): torch's import catches some exceptions and goes
+    on half done, so an exception raised inside it can turn into another error (and a
+    traceback) further on."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
         import torch  # noqa: F401
         return
-    previous = signal.signal(signal.SIGINT, _exit_interrupted)
+    previous = {sig: signal.signal(sig, _exit_at_once) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         import torch  # noqa: F401, F811
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def _exit_interrupted(signum, frame):
-    os.write(2, b"interrupted\n")
-    os._exit(130)
+def _exit_at_once(signum, frame):
+    os.write(2, b"interrupted\n" if signum == signal.SIGINT else b"terminated\n")
+    os._exit(128 + signum)
 
 
 def _echo_once(message: str) -> None:
@@ -110,6 +113,13 @@ def _usage_error(e: click.UsageError):
     sys.exit(2)
 
 
+# The options several commands share.
+_force_out = click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, "
+                                                              "never its target); an existing folder is never replaced.")
+_force_dest = click.option("--force", "-f", is_flag=True,
+                           help="Replace DEST if it is a file or a symbolic link (the link, never its target).")
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="sharnn")
 @click.pass_context
@@ -118,8 +128,9 @@ def main(ctx):
     language modelling. Run `sharnn COMMAND --help` for each command."""
     from .files import sigterm_raises
 
-    if ctx.invoked_subcommand != "train":  # training stops at the end of a step on SIGTERM (sharnn.train)
-        ctx.with_resource(sigterm_raises())  # clean-ups run, as for Ctrl-C; exit status 143
+    # Clean-ups run, as for Ctrl-C; exit status 143. Training replaces it while it trains
+    # (it stops at the end of a step and saves: sharnn.train), not while it sets up.
+    ctx.with_resource(sigterm_raises())
 
 
 @main.group()
@@ -130,8 +141,7 @@ def prepare():
 @prepare.command("enwik8")
 @click.option("--source", default=None, help="enwik8.zip or the raw enwik8 file: a path or an http(s) URL [default: the canonical URL].")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-@click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, never its "
-                                                   "target); an existing folder is never replaced.")
+@_force_out
 def prepare_enwik8_command(source, out, force):
     """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
     from .data import ENWIK8_URL, prepare_enwik8
@@ -146,8 +156,7 @@ def prepare_enwik8_command(source, out, force):
                    "(.gz or not) [default: the copy bundled with sharnn].")
 @click.option("--tokenizer", default="words", show_default=True, help="bytes, words or bpe:N (e.g. bpe:8000).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-@click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, never its "
-                                                   "target); an existing folder is never replaced.")
+@_force_out
 def prepare_wikitext2_command(source, tokenizer, out, force):
     """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
     tokenize it (docs/tokenization.md)."""
@@ -167,8 +176,7 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
 @click.option("--valid-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
 @click.option("--test-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
 @click.option("--tokenizer", default="bytes", show_default=True, help="bytes or bpe:N (trained on the train split).")
-@click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, never its "
-                                                   "target); an existing folder is never replaced.")
+@_force_out
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
     """Any file or folder of files (concatenated), split by position."""
     from .data import prepare_corpus, prepared_report
@@ -357,7 +365,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
               help="Contiguous pieces coded side by side: faster, each starts cold.")
 @click.option("--device", default="cpu", show_default=True,
               help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.")
-@click.option("--force", "-f", is_flag=True, help="Replace DEST if it is a file or a symbolic link (the link, never its target).")
+@_force_dest
 @click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 @click.argument("overrides", nargs=-1)
 def compress(source, dest, model_path, online, streams, device, force, quiet, overrides):
@@ -400,7 +408,7 @@ def compress(source, dest, model_path, online, streams, device, force, quiet, ov
 @click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
 @click.option("--model", "model_path", default=None, type=click.Path(path_type=Path),
               help="The run or checkpoint SOURCE was compressed with (not for --online files).")
-@click.option("--force", "-f", is_flag=True, help="Replace DEST if it is a file or a symbolic link (the link, never its target).")
+@_force_dest
 @click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 def decompress(source, dest, model_path, force, quiet):
     """Decompress SOURCE to DEST (`-`: standard input or output). Every stream's CRC32 is
@@ -497,8 +505,7 @@ def _runtime(device: str, precision: str, fast_path: str):
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create; it must not exist.")
 @click.option("--collapse", is_flag=True, help="Fold each value-gate network into its constant first: fewer "
                                                "parameters, the same outputs.")
-@click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, never its "
-                                                   "target); an existing folder is never replaced.")
+@_force_out
 def export(checkpoint, out, collapse, force):
     """Write a run's best checkpoint (or the given checkpoint) as a folder to share in the
     Hugging Face Hub layout: config.json, model.safetensors, a model card README.md,

@@ -338,6 +338,7 @@ def prepare_wikitext2(source: str | Path | None, out: str | Path, tokenizer: str
             a symbolic link (without ``force``). Nothing is created then.
         LockError: another process is writing ``out``.
     """
+    check_spec(tokenizer)  # before the data is read
     with _new_folder(out, force) as out:
         return _prepare_wikitext2(source, out, tokenizer)
 

@@ -113,6 +113,8 @@ def training_record(folder: Path, model: SHARNN, records: list[dict], summary: d
     - ``step``, ``epochs``: the optimizer steps and epochs done at the checkpoint;
     - ``valid_bpc``: its valid BPC, when it was validated at its step (the best checkpoint is);
     - ``test_bpc``: the run's test BPC, when this is the checkpoint the run tested;
+    - ``valid_prefix_bytes``, ``test_prefix_bytes``: the bytes of text those scores cover
+      when they are of a prefix of the split (``valid_max_bytes``, ``test_max_bytes``);
     - ``train_seconds``: training seconds up to its step (wall clock, validations included;
       for the run's last checkpoint, the summary's, which counts its last validation and save);
     - ``command``, ``resumes``: the command that started the run and those that resumed
@@ -129,8 +131,13 @@ def training_record(folder: Path, model: SHARNN, records: list[dict], summary: d
     record = {"step": step, "epochs": float(info["epochs"])}
     if "valid_bpc" in info:
         record["valid_bpc"] = float(info["valid_bpc"])
+        prefix = [r["prefix_bytes"] for r in records if r["split"] == "valid" and r["step"] == step and "prefix_bytes" in r]
+        if prefix:
+            record["valid_prefix_bytes"] = prefix[-1]
     if summary and summary.get("best_step") == step:
         record["test_bpc"] = summary["test_bpc"]
+        if summary.get("test_prefix_bytes"):
+            record["test_prefix_bytes"] = summary["test_prefix_bytes"]
     seconds = [r["seconds"] for r in records if "seconds" in r and r["step"] <= step]
     if summary and summary.get("steps") == step:  # the run's last checkpoint: its time, as `sharnn train` said it
         seconds.append(summary["train_seconds"])
@@ -145,7 +152,8 @@ def training_record(folder: Path, model: SHARNN, records: list[dict], summary: d
 def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool, tokenizer: Tokenizer | None = None) -> dict:
     """What the model card shows beyond the model itself (see ``sharnn/model_card.md``),
     with the metadata's ``license``, ``datasets``, ``model_name`` and ``eval_results``
-    (the valid and test bits per byte of ``record``, as the card's ``model-index``);
+    (the valid and test bits per byte of ``record`` on whole splits, as the card's
+    ``model-index``; a prefix's score is in the card's text only);
     ``tokenizer``: the model's (bytes when None)."""
     tokenizer = tokenizer or ByteTokenizer()
     meta = _data_meta(config.data)
@@ -162,7 +170,8 @@ def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool, token
     results = [EvalResult(task_type="text-generation", dataset_type=dataset[0], dataset_config=dataset[1],
                           dataset_name=data["name"], dataset_split=split_name, metric_type="bpc",
                           metric_name="bits per byte", metric_value=round(record[key], 4))
-               for split_name, key in (("validation", "valid_bpc"), ("test", "test_bpc")) if key in record]
+               for split_name, key in (("validation", "valid_bpc"), ("test", "test_bpc"))
+               if key in record and f"{key[:-4]}_prefix_bytes" not in record]  # whole splits only
     return {"license": data.pop("license"), "datasets": data.pop("datasets"), "model_name": out.name,
             "eval_results": results or None, "data": data, "protocol": protocol, "training": record,
             "preset": _preset(record.get("command")), "curve": curve, "location": str(out),

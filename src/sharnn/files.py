@@ -143,7 +143,7 @@ class Lock:
         except Timeout:
             raise LockError(f"{self.what} is in use by {self._holder()}; wait for it or stop it") from None
         try:
-            self.file.write_text(f"{os.getpid()} {_command_line()}\n")
+            self.file.write_text(f"{os.getpid()} {command_line()}\n")
         except BaseException:
             self.release()
             raise
@@ -192,7 +192,7 @@ def _lock_folder() -> Path:
     return folder
 
 
-def _command_line() -> str:
+def command_line() -> str:
     """This process's command line, as ``sharnn ARGS`` for the command-line tool (started
     as ``sharnn``, ``python -m sharnn`` or ``python -m sharnn.cli``)."""
     program = Path(sys.argv[0])

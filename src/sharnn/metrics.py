@@ -81,7 +81,7 @@ class MetricsLog:
         if record["split"] == "config":
             self.tensorboard.add_text("config/changes", _describe_changes(record.get("changes") or {}), record["step"])
         for key, value in record.items():
-            if key not in ("step", "split", "epoch", "run_step") and isinstance(value, (int, float)):
+            if key not in ("step", "split", "epoch", "run_step", "prefix_bytes") and isinstance(value, (int, float)):
                 self.tensorboard.add_scalar(f"{record['split']}/{key}", value, record["step"])
         for key, value in (extra_scalars or {}).items():
             self.tensorboard.add_scalar(key, value, record["step"])

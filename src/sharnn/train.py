@@ -28,7 +28,6 @@ import codecs
 import dataclasses
 import json
 import math
-import os
 import shlex
 import signal
 import sys
@@ -50,6 +49,7 @@ from .data import batchify, get_batch, load_corpus, window_length
 from .distributed import Distributed, launched_by_torchrun, launcher, launcher_as_typed
 from .errors import CheckpointError, ConfigError, DataError, Interrupted, RunError, TrainingDiverged
 from .evaluate import EvalResult, EvaluationStopped, evaluate
+from . import files
 from .files import Lock, write_atomically
 from .generate import generate
 from .metrics import MetricsLog
@@ -65,7 +65,7 @@ from .runtime import Runtime, autocast, resolve_device
 RESUMABLE = frozenset({
     "epochs", "max_steps", "max_seconds", "lr", "warmup_steps", "lr_halve_epochs", "clip",
     "valid_every_steps", "checkpoint_every_steps", "log_every_steps", "progress_every_seconds",
-    "sample_bytes", "compile", "recompute", "test_max_bytes",
+    "sample_bytes", "compile", "recompute",
 })
 # What a run started from a checkpoint's weights (init_from) may change in its model.
 INIT_CHANGES = frozenset({"dropouti", "dropouth", "dropouto"})
@@ -248,8 +248,10 @@ def train(
         ``test_bpc``, ``test_perplexity`` (per token) and ``test_word_perplexity``
         (WikiText, else None) of the best checkpoint, ``tokenizer`` (its name),
         ``best_step``, ``steps``, ``epochs`` (epochs of training done, a float),
-        ``train_seconds``, ``parameters``, ``parameters_collapsed``, ``run_dir``
-        (docs/training.md lists them with their units).
+        ``train_seconds``, ``parameters``, ``parameters_collapsed``, ``run_dir``, and
+        ``valid_prefix_bytes`` / ``test_prefix_bytes`` (the bytes scored with
+        ``valid_max_bytes`` / ``test_max_bytes``, else None) (docs/training.md lists them
+        with their units).
 
     Raises:
         RunError: ``run_dir`` exists or cannot be created (without ``resume``), or is not
@@ -258,10 +260,11 @@ def train(
             ``run_dir/.lock`` for the run's life, from before anything of the run is
             read; the kernel drops it when the process ends, ``kill -9`` too).
         ConfigError: a change of a setting a resume cannot change; an unusable device or
-            precision, or a model the corpus does not fit.
+            precision; a ``valid_max_bytes`` or ``test_max_bytes`` prefix too short.
         Interrupted: Ctrl-C, SIGTERM or ``should_stop`` stopped the run (after saving
             ``latest``).
-        DataError: the corpus is missing or smaller than one window.
+        DataError: the corpus is missing or smaller than one window, or its tokenizer is
+            not the model's (another number of token ids; for a trained model, other bytes).
         CheckpointError: a ``latest`` or ``init_from`` checkpoint that cannot be read, or
             a checkpoint that cannot be written (the previous one stays).
         TrainingDiverged: the loss became NaN or infinite, or ran away far above the
@@ -283,9 +286,8 @@ def _train(trainer: Trainer, config: TrainConfig, should_stop: Callable[[Progres
             with trainer.display:
                 _train_steps(trainer, stop_requested)
             summary = trainer.finish(stop_requested.signalled)
-        except EvaluationStopped:  # during the test: the training is saved, a resume tests it
-            raise trainer.interrupted(stop_requested.signal) from None
-        except KeyboardInterrupt:  # a second signal, outside a save: stop at once
+        except (EvaluationStopped, KeyboardInterrupt):  # a stop during the test (the training is
+            # saved, a resume tests it), or a second signal outside a save: stop at once
             raise trainer.interrupted(stop_requested.signal) from None
     if config.sample_bytes and not trainer.quiet:
         trainer.print_sample()
@@ -296,7 +298,7 @@ def _train_steps(trainer: Trainer, stop_requested: _StopRequest) -> None:
     """Train until the budget is spent; raise :class:`Interrupted` after saving the step a
     stop was asked at. A run stopped before its step's validation does that first."""
     config, progress = trainer.config, trainer.state.progress
-    stop = progress.valid_due and trainer.agree(not trainer.validate_due_step(stop_requested.signalled))
+    stop = progress.valid_due and trainer.agree(not _validate_resumed_step(trainer, stop_requested))
     while not (stop or progress.finished):
         epoch_ended = trainer.train_window()
         if epoch_ended:
@@ -313,7 +315,7 @@ def _train_steps(trainer: Trainer, stop_requested: _StopRequest) -> None:
 def _end_step(trainer: Trainer, stop_requested: _StopRequest, validate: bool, stop: bool) -> bool:
     """Validate (unless a stop is asked already), save ``latest`` and return whether to
     stop. A stop asked during the validation abandons it: the step is saved with its
-    validation due, which a resume does first (:meth:`Trainer.validate_due_step`), so that
+    validation due, which a resume does first (:func:`_validate_resumed_step`), so that
     the run stays exact."""
     progress = trainer.state.progress
     trainer.check_diverged(saving=True)
@@ -325,6 +327,21 @@ def _end_step(trainer: Trainer, stop_requested: _StopRequest, validate: bool, st
     if validate:  # it and the save took time too: max_seconds may be spent now
         progress.finished = out_of_budget(trainer.config, progress)
     return stop
+
+
+def _validate_resumed_step(trainer: Trainer, stop_requested: _StopRequest) -> bool:
+    """The validation a resumed step still owes (its run stopped before or during it).
+    Its checkpoint, ``latest``, is then written again with the score, and ``best`` points
+    to it if it improved. Returns whether it was done (not abandoned)."""
+    progress = trainer.state.progress
+    valid_bpc = trainer.validate(stop_requested.signalled)
+    if valid_bpc is None:
+        return False
+    progress.valid_due = False
+    with stop_requested.deferred():
+        trainer.save(valid_bpc, again=True)
+    progress.finished = out_of_budget(trainer.config, progress)
+    return True
 
 
 def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -440,9 +457,9 @@ class Trainer:
         return None
 
     def _lock_run_folder(self) -> None:
-        """Take the run folder to resume for this process alone (a folder that is not
-        there is refused by the resume, not made by its lock)."""
-        if self.run_dir.is_dir():
+        """Take the run folder to resume for this process alone (a folder that is not a
+        run, without ``config.yaml``, is refused by the resume, and gets no lock file)."""
+        if (self.run_dir / "config.yaml").is_file():
             self.lock.acquire()
 
     def _start(self, restart: bool) -> None:
@@ -508,6 +525,7 @@ class Trainer:
         return source
 
     def _resume(self, changes: dict[str, list]) -> None:
+        self.distributed.on_main(self.checkpoints.remove_staging)  # a save killed by kill -9
         saved = self.checkpoints.load_latest(self.config.model.n_layers, self.runtime.device)
         try:
             self.state.load_state_dict(saved)
@@ -653,19 +671,6 @@ class Trainer:
                      + self._prefix_words("valid") + (" (best)" if improved else ""))
         return result.bpc
 
-    def validate_due_step(self, abandon: Callable[[], bool]) -> bool:
-        """The validation of a resumed step whose run stopped before or during it (its
-        checkpoint is ``latest``, which ``best`` then points to if it improved; the next
-        checkpoint records the score). Returns whether it was done (not abandoned)."""
-        progress = self.state.progress
-        if self.validate(abandon) is None:
-            return False
-        progress.valid_due = False
-        if progress.best_step == progress.step:
-            self.distributed.on_main(lambda: checkpoint.point(self.checkpoints.best, self.checkpoints.latest.resolve()))
-        progress.finished = out_of_budget(self.config, progress)
-        return True
-
     def _prefix(self, split: str) -> dict:
         """``{"prefix_bytes": N}`` when only the first N bytes of ``split`` are scored, else {}."""
         size = self.eval_data[split][1]
@@ -675,9 +680,10 @@ class Trainer:
         size = self.eval_data[split][1]
         return "" if size is None else f" on its first {size:,} bytes"
 
-    def save(self, valid_bpc: float | None) -> None:
+    def save(self, valid_bpc: float | None, again: bool = False) -> None:
         """Checkpoint the training state as ``latest`` (and ``best`` when ``valid_bpc``,
-        this step's validation, is the best so far)."""
+        this step's validation, is the best so far); ``again``: write the step's checkpoint
+        again in place, with its validation done on resume."""
         with self._paused():
             progress = self.state.progress
             progress.elapsed = time.perf_counter() - self.clock_start
@@ -688,7 +694,8 @@ class Trainer:
             best = valid_bpc is not None and progress.best_step == progress.step
             state = self.state.state_dict()  # every process takes part; the main one writes it
             state["tokenizer"] = self.corpus.tokenizer
-            self.distributed.on_main(lambda: self.checkpoints.save(progress.step, self.config, state, best=best, info=info))
+            write = self.checkpoints.rewrite if again else self.checkpoints.save
+            self.distributed.on_main(lambda: write(progress.step, self.config, state, best=best, info=info))
             self.saved_step = progress.step
 
     def _record(self, record: dict) -> None:
@@ -837,7 +844,8 @@ def check_corpus(config: TrainConfig, corpus, trained: Tokenizer | None = None) 
     prefixes, ``valid_max_bytes``, ``test_max_bytes``) too short for their streams.
 
     Raises:
-        DataError.
+        DataError: the tokenizer, or a split too short.
+        ConfigError: a ``valid_max_bytes`` or ``test_max_bytes`` prefix too short.
     """
     check_corpus_tokenizer(config.model.vocab_size, corpus.tokenizer, config.data, trained)
     need = config.train_streams * (config.bptt + 1)
@@ -901,16 +909,13 @@ def describe_score(result: EvalResult) -> str:
 
 
 def command_line() -> str:
-    """This process's command line as a user would type it: ``sharnn ARGS`` for the
-    command-line tool (started as ``sharnn`` or ``python -m sharnn``), under torchrun the
-    launcher's command (:func:`sharnn.distributed.launcher`) and ``ARGS``, else the Python
-    program and its arguments."""
+    """This process's command line as a user would type it: under torchrun the launcher's
+    command (:func:`sharnn.distributed.launcher`) and ``ARGS``, else
+    :func:`sharnn.files.command_line` (``sharnn ARGS`` for the command-line tool)."""
     if launched_by_torchrun():
         command = shlex.join([*launcher(), *sys.argv[1:]])
         return command if launcher_as_typed() else command + "  # torchrun's own options (such as --standalone) not recorded"
-    if Path(sys.argv[0]).name not in ("sharnn", "__main__.py"):
-        return shlex.join(["python", *sys.argv])
-    return shlex.join(["sharnn", *sys.argv[1:]])
+    return files.command_line()
 
 
 def resume_command(run_dir: Path) -> str:
