@@ -367,6 +367,21 @@ def test_sigterm_during_a_validation_abandons_it_and_the_resume_is_exact(tmp_pat
     _assert_same_run(run_dir, reference)
 
 
+def test_a_resume_whose_budget_ends_before_its_step_validates_that_step_and_tests_it(tmp_path, corpus_file):
+    """Stopped at step 8, before any validation; resumed with max_steps=4: the run ends
+    at step 8 as a run that reached its budget there does, validated and tested."""
+    config = load_config("tiny", SMALL + [f"data={corpus_file}", "max_steps=100", "valid_every_steps=1000"])
+    run_dir = tmp_path / "run"
+    with pytest.raises(Interrupted):
+        train(config, run_dir, quiet=True, should_stop=lambda progress: progress.step == 8)
+    assert not (run_dir / "best").exists()
+    summary = train(dataclasses.replace(config, max_steps=4), run_dir, resume=True, quiet=True)
+    assert (summary["steps"], summary["best_step"]) == (8, 8)
+    assert float(read_info(run_dir / "best")["valid_bpc"]) == summary["valid_bpc"]
+    assert [(r["split"], r["step"]) for r in metrics(run_dir) if r["split"] in ("valid", "test")] == [
+        ("valid", 8), ("test", 8)]
+
+
 def test_ctrl_c_during_the_test_stops_it_and_the_resume_tests(tmp_path, corpus_file, monkeypatch):
     config = load_config("tiny", SMALL + [f"data={corpus_file}", "test_streams=1"])
     _evaluate_signalling(monkeypatch, signal.SIGINT, 1)

@@ -534,6 +534,8 @@ class Trainer:
             raise CheckpointError(f"cannot resume from {self.checkpoints.latest.resolve()}: {detail}") from None
         progress = self.state.progress
         progress.finished = out_of_budget(self.config, progress)
+        if progress.finished and "valid_bpc" not in checkpoint.read_info(self.checkpoints.latest):
+            progress.valid_due = True  # the new budget ends the run here: its last step is validated, as always
         summary = read_summary(self.run_dir)
         if progress.finished and summary is not None and summary.get("steps") == progress.step:
             self.summary = summary
