@@ -1,5 +1,5 @@
 """Tokenizers, WikiText-2 preparation and the one metric across tokenizations
-(src/sharnn/tokenizer.py, data.py, evaluate.py; docs/tokenization.md): the published
+(src/sharnn/tokenizer.py, data.py, prepare.py, evaluate.py; docs/tokenization.md): the published
 counts, exact round trips, refusals that leave nothing behind, and runs on a words corpus
 whose checkpoints carry their tokenizer."""
 
@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from helpers import SMALL, WIKITEXT2, assert_ok, assert_user_error, cli, write_small_corpus
-from sharnn.data import WIKITEXT2_TYPES, load_corpus, prepare_corpus, prepare_wikitext2, smallest_uint
+from sharnn.data import load_corpus
+from sharnn.prepare import WIKITEXT2_TYPES, prepare_corpus, prepare_wikitext2, smallest_uint
 from sharnn.errors import DataError
 from sharnn.evaluate import evaluate
 from sharnn.model import SHARNN, SHARNNConfig

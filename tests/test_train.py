@@ -456,7 +456,7 @@ def test_a_prefix_too_short_for_its_streams_is_one_line(tmp_path, corpus_file):
 
 
 def test_a_prefix_is_whole_tokens_whose_text_fits_the_bytes(tmp_path):
-    from sharnn.data import prepare_corpus
+    from sharnn.prepare import prepare_corpus
 
     corpus = train_module.load_corpus("enwik8-head")  # bytes: max_bytes tokens
     ids, size = train_module.split_prefix(corpus, "valid", 100)

@@ -144,7 +144,7 @@ def prepare():
 @_force_out
 def prepare_enwik8_command(source, out, force):
     """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
-    from .data import ENWIK8_URL, prepare_enwik8
+    from .prepare import ENWIK8_URL, prepare_enwik8
 
     folder = prepare_enwik8(source or ENWIK8_URL, out, force=force)
     click.echo(f"prepared enwik8 in {folder}")
@@ -160,7 +160,8 @@ def prepare_enwik8_command(source, out, force):
 def prepare_wikitext2_command(source, tokenizer, out, force):
     """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
     tokenize it (docs/tokenization.md)."""
-    from .data import SPLITS, load_corpus, prepare_wikitext2
+    from .data import SPLITS, load_corpus
+    from .prepare import prepare_wikitext2
 
     corpus = load_corpus(str(prepare_wikitext2(source, out, tokenizer, force=force)))
     lengths = corpus.tokenizer.byte_lengths()
@@ -179,7 +180,7 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
 @_force_out
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
     """Any file or folder of files (concatenated), split by position."""
-    from .data import prepare_corpus, prepared_report
+    from .prepare import prepare_corpus, prepared_report
 
     folder = prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer, force=force)
     for line in prepared_report(folder):
