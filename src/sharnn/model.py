@@ -456,39 +456,65 @@ class Block(nn.Module):
         return self.feed_forward(y), lstm_state, memory
 
     def recurrence(self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """``u, (h, c) = LSTM(x, (h, c))``, ``[T, B, d]``; cuDNN's on CUDA.
+        """``u, (h, c) = LSTM(x, (h, c))``, ``[T, B, d]``, run by :func:`run_lstm`."""
+        return run_lstm(self.lstm, x, lstm_state)
 
-        Under autocast the LSTM runs in the autocast dtype. (PyTorch's autocast would run
-        cuDNN's LSTM in fp16 whatever the autocast dtype, and fp16 gradients underflow
-        without loss scaling; bf16 has fp32's range.) ``(h, c)`` come back in the
-        parameters' dtype, so a state reads the same on every path.
-        """
-        device = x.device.type
-        if not torch.is_autocast_enabled(device):
-            if x.shape[0] == 1:
-                return self._one_step(x, lstm_state)
-            return self.lstm(x, lstm_state)
-        dtype = torch.get_autocast_dtype(device)
-        weights = {name: w.to(dtype) for name, w in self.lstm.named_parameters()}
-        if lstm_state is not None:
-            lstm_state = tuple(t.to(dtype) for t in lstm_state)
-        with torch.autocast(device, enabled=False), warnings.catch_warnings():
-            # the cast weights are not cuDNN's flat buffer: it packs them itself, once per call
-            warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
-            u, (h, c) = torch.func.functional_call(self.lstm, weights, (x.to(dtype), lstm_state))
-        param_dtype = self.lstm.weight_hh_l0.dtype
-        return u, (h.to(param_dtype), c.to(param_dtype))
 
-    def _one_step(self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """The same LSTM on a window of one position ``[1, B, d]`` (generation, compression),
-        through the cell (``torch.lstm_cell``, what ``nn.LSTMCell`` runs): the sequence
-        kernel's set-up per call costs several times the step itself on CPU."""
-        if lstm_state is None:
-            lstm_state = (x.new_zeros(x.shape), x.new_zeros(x.shape))
-        lstm = self.lstm
-        h, c = torch.lstm_cell(x[0], (lstm_state[0][0], lstm_state[1][0]), lstm.weight_ih_l0, lstm.weight_hh_l0,
-                               lstm.bias_ih_l0, lstm.bias_hh_l0)
-        return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
+def run_lstm(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """``u, (h, c) = lstm(x, (h, c))``: the one way the model's LSTMs run (cuDNN's on CUDA),
+    whatever runs the model (training, evaluation, generation, compression, the benchmarks).
+
+    Args:
+        lstm: a one-layer ``nn.LSTM(d, d)``.
+        x: ``[T, B, d]``.
+        lstm_state: ``(h, c)``, each ``[1, B, d]`` in the parameters' dtype, or None for zeros.
+
+    Returns:
+        ``(u [T, B, d], (h, c))``; ``(h, c)`` in the parameters' dtype on every path.
+
+    Under autocast the LSTM runs in the autocast dtype (:func:`_lstm_under_autocast` says
+    why); without it, a window of one position runs through the cell (:func:`_lstm_step`).
+    """
+    if torch.is_autocast_enabled(x.device.type):
+        return _lstm_under_autocast(lstm, x, lstm_state)
+    if x.shape[0] == 1:
+        return _lstm_step(lstm, x, lstm_state)
+    return lstm(x, lstm_state)
+
+
+def _lstm_under_autocast(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
+                         ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """The LSTM in the autocast dtype: its weights, input and state cast to that dtype, run
+    with autocast switched off; ``(h, c)`` cast back to the parameters' dtype.
+
+    Why: PyTorch's CUDA autocast runs cuDNN's LSTM in fp16 whatever the autocast dtype,
+    and fp16 gradients underflow without loss scaling (bf16 has fp32's range; CPU's
+    autocast would return a bf16 state). Cast explicitly, the LSTM runs in bf16 under bf16
+    autocast, gradients reach the fp32 weights through the casts, and a state reads the
+    same on every path (fp32, the eager and the fast path, a saved checkpoint).
+    """
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device)
+    weights = {name: w.to(dtype) for name, w in lstm.named_parameters()}
+    if lstm_state is not None:
+        lstm_state = tuple(t.to(dtype) for t in lstm_state)
+    with torch.autocast(device, enabled=False), warnings.catch_warnings():
+        # the cast weights are not cuDNN's flat buffer: it packs them itself, once per call
+        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+        u, (h, c) = torch.func.functional_call(lstm, weights, (x.to(dtype), lstm_state))
+    param_dtype = lstm.weight_hh_l0.dtype
+    return u, (h.to(param_dtype), c.to(param_dtype))
+
+
+def _lstm_step(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """The same LSTM on a window of one position ``[1, B, d]`` (generation, compression),
+    through the cell (``torch.lstm_cell``, what ``nn.LSTMCell`` runs): the sequence
+    kernel's set-up per call costs several times the step itself on CPU."""
+    if lstm_state is None:
+        lstm_state = (x.new_zeros(x.shape), x.new_zeros(x.shape))
+    h, c = torch.lstm_cell(x[0], (lstm_state[0][0], lstm_state[1][0]), lstm.weight_ih_l0, lstm.weight_hh_l0,
+                           lstm.bias_ih_l0, lstm.bias_hh_l0)
+    return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
 
 
 class SHARNN(
