@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from common import print_table, time_repeats, write_json
 from sharnn import SHARNN, load_config, load_corpus
 from sharnn.data import batchify, get_batch
-from sharnn.model import State
+from sharnn.model import State, run_lstm
 from sharnn.runtime import Runtime
 from sharnn.train import build_optimizer, train_step
 
@@ -60,7 +60,7 @@ class BareStack(nn.Module):
         lstm_states = state.lstm if state is not None else [None] * len(self.lstms)
         new_states = []
         for lstm, query, boom, s in zip(self.lstms, self.queries, self.booms, lstm_states):
-            x, s = lstm(x, s)
+            x, s = run_lstm(lstm, x, s)  # as the model runs its LSTMs (under autocast too)
             x = boom(query(x)).unflatten(-1, (-1, self.d_model)).sum(-2)
             new_states.append(s)
         logits = F.linear(x, self.embedding.weight, self.output_bias)

@@ -1,7 +1,10 @@
 """Run configuration: one dataclass that fully describes a training run, whose defaults are
 the paper's recipe; presets that state only how they differ from it; ``key=value``
 overrides. One loader (:func:`load_config`) merges and type-checks them with OmegaConf
-and checks every constraint, once, before anything runs.
+and checks every constraint, once, before anything runs. The type check is OmegaConf's
+structured-config typing throughout: :meth:`TrainConfig.validate` and
+:meth:`sharnn.model.SHARNNConfig.validate` apply the same to a config built in Python
+(:func:`sharnn.model.typed`).
 
 The resolved configuration is written into every run folder and checkpoint as
 ``config.yaml``, the single source of truth for that run.
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
-from .model import SHARNNConfig
+from .model import SHARNNConfig, omegaconf_message, typed
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 FAST_PATH = ("auto", "on", "off")
@@ -101,8 +103,17 @@ class TrainConfig:
     seed: int = 5512
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the first invalid value; changes nothing."""
-        self.model.validate()
+        """Check every value: its type (:func:`sharnn.model.typed`, OmegaConf's, as
+        :func:`load_config` reads YAML), then its range and how the values fit together.
+        Raise :class:`ConfigError` naming the first invalid value; changes nothing."""
+        config = typed(self)
+        config.model.check_values()
+        config.check_values()
+
+    def check_values(self) -> None:
+        """Check the range of every value of this typed config (:meth:`validate` types it
+        first) and how the values fit together, the model's excepted
+        (:meth:`sharnn.model.SHARNNConfig.check_values`). Raises :class:`ConfigError`."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
@@ -175,7 +186,7 @@ def load_config(
         _spell_fast_path(merged)
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
-        raise ConfigError(_omegaconf_message(e)) from None
+        raise ConfigError(omegaconf_message(e)) from None
     config.validate()
     return config
 
@@ -241,16 +252,3 @@ def _spell_fast_path(merged: DictConfig) -> None:
     string field as "True"/"False": spell them as the setting's words."""
     merged.fast_path = {"true": "on", "false": "off"}.get(str(merged.fast_path).lower(), merged.fast_path)
 
-
-def _omegaconf_message(e: OmegaConfBaseException) -> str:
-    message = str(e).splitlines()[0]
-    key = getattr(e, "full_key", None)
-    if "not in" in message and key:
-        return f"unknown config key {key!r}"
-    if "incompatible with type hint 'Union[str, list[int]]'" in message and key:  # model.attention
-        return f"{key} must be a word or a list of integers, got {e.value!r}"
-    converted = re.search(r"could not be converted to (Integer|Float)$", message)
-    if converted and key:  # "Value 'abc' of type 'str' could not be converted to Integer"
-        expected = {"Integer": "an integer", "Float": "a number"}[converted[1]]
-        return f"{key} must be {expected}, got {e.value!r}"
-    return f"{key}: {message}" if key else message

@@ -31,10 +31,9 @@ with the SHA-256 of its weights, a model card), strictly; the file format is
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
-import numbers
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,14 +44,47 @@ import torch.nn as nn
 import torch.nn.functional as F
 from huggingface_hub import ModelCard, PyTorchModelHubMixin
 from huggingface_hub.errors import EntryNotFoundError, HFValidationError
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
 from . import pretrained
 from .errors import CheckpointError, ConfigError
 
-# What each scalar setting of SHARNNConfig must be, by its annotation (bool is not an int here).
-_FIELD_TYPES = {"int": (numbers.Integral, "an integer"), "float": (numbers.Real, "a number"), "bool": (bool, "true or false")}
+
+def typed(config, prefix: str = ""):
+    """A copy of the dataclass instance ``config`` (a :class:`SHARNNConfig`, a
+    :class:`sharnn.config.TrainConfig`) whose every value is read as its annotation's type
+    by OmegaConf's structured configs: the one type check of the configurations, the same
+    that :func:`sharnn.config.load_config` applies to YAML and ``key=value`` overrides. A
+    value OmegaConf can read as the type is read so (``"256"`` as 256, ``0`` as 0.0,
+    ``(0, 1)`` as ``[0, 1]``); ``config`` itself is not changed. ``prefix`` says where
+    ``config`` sits (``"model."``), for the messages.
+
+    Raises:
+        ConfigError: naming the first key whose value is not of its type.
+    """
+    try:
+        return OmegaConf.to_object(OmegaConf.structured(config))
+    except OmegaConfBaseException as e:
+        raise ConfigError(omegaconf_message(e, prefix)) from None
+
+
+def omegaconf_message(e: OmegaConfBaseException, prefix: str = "") -> str:
+    """One line for an error of OmegaConf's typing: the key (after ``prefix``), what it
+    must be, and the value given."""
+    message = str(e).splitlines()[0]
+    key = prefix + e.full_key if getattr(e, "full_key", None) else None
+    if "not in" in message and key:
+        return f"unknown config key {key!r}"
+    if "incompatible with type hint 'Union[str, list[int]]'" in message and key:  # model.attention
+        return f"{key} must be a word or a list of integers, got {e.value!r}"
+    converted = re.search(r"could not be converted to (Integer|Float)$", message)
+    if converted and key:  # "Value 'abc' of type 'str' could not be converted to Integer"
+        expected = {"Integer": "an integer", "Float": "a number"}[converted[1]]
+        return f"{key} must be {expected}, got {e.value!r}"
+    return f"{key}: {message}" if key else message
 
 
 @dataclass
@@ -101,18 +133,25 @@ class SHARNNConfig:
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"unknown model setting {unknown[0]!r}")
-        config = cls(**fields)
-        config.validate()
+        return cls(**fields).validate()
+
+    def validate(self) -> SHARNNConfig:
+        """Check every value: its type (:func:`typed`, OmegaConf's, as for YAML), then its
+        range and how the values fit together. Changes nothing.
+
+        Returns:
+            The typed copy of this config (:func:`typed`), the one a model is built from.
+
+        Raises:
+            ConfigError: naming the first bad value.
+        """
+        config = typed(self, "model.")
+        config.check_values()
         return config
 
-    def validate(self) -> None:
-        """Check every value; raise :class:`ConfigError` naming the first bad one."""
-        for f in dataclasses.fields(self):
-            if f.type in _FIELD_TYPES:  # f.type is the annotation's text (`from __future__ import annotations`)
-                kind, expected = _FIELD_TYPES[f.type]
-                value = getattr(self, f.name)
-                if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-                    raise ConfigError(f"model.{f.name} must be {expected}, got {value!r}")
+    def check_values(self) -> None:
+        """Check the range of every value of this typed config (:meth:`validate` types
+        it first) and how the values fit together. Raises :class:`ConfigError`."""
         for name in ("vocab_size", "d_model", "n_layers", "boom_dim", "attention_span"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
@@ -127,18 +166,17 @@ class SHARNNConfig:
         self.attention_blocks()  # raises on a bad placement
 
     def attention_blocks(self) -> list[int]:
-        """Indices of the blocks that carry an attention head. Raises :class:`ConfigError`."""
+        """Indices of the blocks that carry an attention head (``attention`` typed: a word or a
+        list of integers). Raises :class:`ConfigError`: an unknown word, an index out of range."""
         placement = self.attention
         words = {"none": [], "single": [max(self.n_layers - 2, 0)], "all": list(range(self.n_layers))}
-        if isinstance(placement, str) and placement in words:
-            return words[placement]
-        indices = isinstance(placement, (list, tuple)) and all(
-            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in placement)
-        if not indices:
+        if isinstance(placement, str):
+            if placement in words:
+                return words[placement]
             raise ConfigError(
                 f"model.attention must be 'none', 'single', 'all' or a list of block indices, got {placement!r}"
             )
-        blocks = sorted(set(int(i) for i in placement))
+        blocks = sorted(set(placement))
         bad = [i for i in blocks if not 0 <= i < self.n_layers]
         if bad:
             raise ConfigError(
@@ -418,39 +456,65 @@ class Block(nn.Module):
         return self.feed_forward(y), lstm_state, memory
 
     def recurrence(self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """``u, (h, c) = LSTM(x, (h, c))``, ``[T, B, d]``; cuDNN's on CUDA.
+        """``u, (h, c) = LSTM(x, (h, c))``, ``[T, B, d]``, run by :func:`run_lstm`."""
+        return run_lstm(self.lstm, x, lstm_state)
 
-        Under autocast the LSTM runs in the autocast dtype. (PyTorch's autocast would run
-        cuDNN's LSTM in fp16 whatever the autocast dtype, and fp16 gradients underflow
-        without loss scaling; bf16 has fp32's range.) ``(h, c)`` come back in the
-        parameters' dtype, so a state reads the same on every path.
-        """
-        device = x.device.type
-        if not torch.is_autocast_enabled(device):
-            if x.shape[0] == 1:
-                return self._one_step(x, lstm_state)
-            return self.lstm(x, lstm_state)
-        dtype = torch.get_autocast_dtype(device)
-        weights = {name: w.to(dtype) for name, w in self.lstm.named_parameters()}
-        if lstm_state is not None:
-            lstm_state = tuple(t.to(dtype) for t in lstm_state)
-        with torch.autocast(device, enabled=False), warnings.catch_warnings():
-            # the cast weights are not cuDNN's flat buffer: it packs them itself, once per call
-            warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
-            u, (h, c) = torch.func.functional_call(self.lstm, weights, (x.to(dtype), lstm_state))
-        param_dtype = self.lstm.weight_hh_l0.dtype
-        return u, (h.to(param_dtype), c.to(param_dtype))
 
-    def _one_step(self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """The same LSTM on a window of one position ``[1, B, d]`` (generation, compression),
-        through the cell (``torch.lstm_cell``, what ``nn.LSTMCell`` runs): the sequence
-        kernel's set-up per call costs several times the step itself on CPU."""
-        if lstm_state is None:
-            lstm_state = (x.new_zeros(x.shape), x.new_zeros(x.shape))
-        lstm = self.lstm
-        h, c = torch.lstm_cell(x[0], (lstm_state[0][0], lstm_state[1][0]), lstm.weight_ih_l0, lstm.weight_hh_l0,
-                               lstm.bias_ih_l0, lstm.bias_hh_l0)
-        return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
+def run_lstm(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """``u, (h, c) = lstm(x, (h, c))``: the one way the model's LSTMs run (cuDNN's on CUDA),
+    whatever runs the model (training, evaluation, generation, compression, the benchmarks).
+
+    Args:
+        lstm: a one-layer ``nn.LSTM(d, d)``.
+        x: ``[T, B, d]``.
+        lstm_state: ``(h, c)``, each ``[1, B, d]`` in the parameters' dtype, or None for zeros.
+
+    Returns:
+        ``(u [T, B, d], (h, c))``; ``(h, c)`` in the parameters' dtype on every path.
+
+    Under autocast the LSTM runs in the autocast dtype (:func:`_lstm_under_autocast` says
+    why); without it, a window of one position runs through the cell (:func:`_lstm_step`).
+    """
+    if torch.is_autocast_enabled(x.device.type):
+        return _lstm_under_autocast(lstm, x, lstm_state)
+    if x.shape[0] == 1:
+        return _lstm_step(lstm, x, lstm_state)
+    return lstm(x, lstm_state)
+
+
+def _lstm_under_autocast(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
+                         ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """The LSTM in the autocast dtype: its weights, input and state cast to that dtype, run
+    with autocast switched off; ``(h, c)`` cast back to the parameters' dtype.
+
+    Why: PyTorch's CUDA autocast runs cuDNN's LSTM in fp16 whatever the autocast dtype,
+    and fp16 gradients underflow without loss scaling (bf16 has fp32's range; CPU's
+    autocast would return a bf16 state). Cast explicitly, the LSTM runs in bf16 under bf16
+    autocast, gradients reach the fp32 weights through the casts, and a state reads the
+    same on every path (fp32, the eager and the fast path, a saved checkpoint).
+    """
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device)
+    weights = {name: w.to(dtype) for name, w in lstm.named_parameters()}
+    if lstm_state is not None:
+        lstm_state = tuple(t.to(dtype) for t in lstm_state)
+    with torch.autocast(device, enabled=False), warnings.catch_warnings():
+        # the cast weights are not cuDNN's flat buffer: it packs them itself, once per call
+        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+        u, (h, c) = torch.func.functional_call(lstm, weights, (x.to(dtype), lstm_state))
+    param_dtype = lstm.weight_hh_l0.dtype
+    return u, (h.to(param_dtype), c.to(param_dtype))
+
+
+def _lstm_step(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """The same LSTM on a window of one position ``[1, B, d]`` (generation, compression),
+    through the cell (``torch.lstm_cell``, what ``nn.LSTMCell`` runs): the sequence
+    kernel's set-up per call costs several times the step itself on CPU."""
+    if lstm_state is None:
+        lstm_state = (x.new_zeros(x.shape), x.new_zeros(x.shape))
+    h, c = torch.lstm_cell(x[0], (lstm_state[0][0], lstm_state[1][0]), lstm.weight_ih_l0, lstm.weight_hh_l0,
+                           lstm.bias_ih_l0, lstm.bias_hh_l0)
+    return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
 
 
 class SHARNN(
@@ -476,8 +540,7 @@ class SHARNN(
 
     def __init__(self, config: SHARNNConfig):
         super().__init__()
-        config.validate()
-        self.config = copy.deepcopy(config)  # the model's own: collapse() changes it
+        self.config = config = config.validate()  # the model's own typed copy: collapse() changes it
         attention_blocks = set(config.attention_blocks())
         self.embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, i in attention_blocks) for i in range(config.n_layers))
