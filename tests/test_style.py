@@ -1,0 +1,36 @@
+"""The tree stays as ruff's lint rules and formatter (configured in pyproject.toml) want it,
+and the pre-commit hook runs the ruff that the test extra pins."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TREE = ["src", "tests", "benchmarks"]
+
+
+def ruff(*arguments: str) -> subprocess.CompletedProcess:
+    """``python -m ruff ARGUMENTS src tests benchmarks`` from the repository root, with the
+    project's configuration only (``--config``: a user-level ruff.toml never takes part)."""
+    command = [sys.executable, "-m", "ruff", *arguments, "--config", str(ROOT / "pyproject.toml"), *TREE]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("arguments", [("check",), ("format", "--check")], ids=["check", "format"])
+def test_the_tree_is_clean_under_ruff(arguments):
+    result = ruff(*arguments)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pre_commit_runs_the_pinned_ruff():
+    (pin,) = re.findall(r'"ruff==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    hooks = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    (repo,) = [r for r in hooks["repos"] if r["repo"] == "https://github.com/astral-sh/ruff-pre-commit"]
+    assert repo["rev"] == f"v{pin}"
+    assert {hook["id"] for hook in repo["hooks"]} == {"ruff-check", "ruff-format"}
