@@ -6,9 +6,13 @@
     summary.json           final valid and test BPC, parameter counts, steps, time
     .lock                  held by the process that trains in it (sharnn.files.Lock)
 
-:class:`RunFolder` writes it, from the main process of a run alone; the functions here
-read a run folder (:func:`resume_config`, :func:`read_summary`) and give the commands
-that start and resume a run (:func:`command_line`, :func:`resume_command`).
+:class:`RunFolder` writes it, from the main process of a run alone. Around it, what a
+run's start, stop and resume need of run folders: :func:`resume_config` and
+:func:`resume_changes` (what a resume may change: :data:`RESUMABLE`),
+:func:`trained_tokenizer` and :func:`load_init_weights` (the checkpoint a run goes on
+with or starts from), :func:`read_summary`, the commands that start and resume a run
+(:func:`command_line`, :func:`resume_command`), and :class:`StopRequest` (Ctrl-C,
+SIGTERM or a hook: the run saves ``latest`` and stops).
 """
 
 from __future__ import annotations
