@@ -79,7 +79,7 @@ from common import environment, print_table, read_metrics, stop_reason, write_js
 from sharnn.config import load_config
 from sharnn.errors import SharnnError
 from sharnn.runtime import resolve_device
-from sharnn.train import config_changes
+from sharnn.run_folder import config_changes
 
 DEFAULT_TOKENIZERS = "bytes,bpe:1000,bpe:8000,words"
 PRESETS = {"bytes": "wikitext2-bytes-tiny", "bpe": "wikitext2-bpe8k-tiny", "words": "wikitext2-words-tiny"}

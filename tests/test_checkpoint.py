@@ -24,7 +24,8 @@ from sharnn.checkpoint import RunCheckpoints, read_checkpoint, read_info, write_
 from sharnn.config import load_config  # noqa: E402
 from sharnn.errors import CheckpointError, RunError  # noqa: E402
 from sharnn.runtime import Runtime  # noqa: E402
-from sharnn.train import TrainingState, train, train_step  # noqa: E402
+from sharnn.recipe import TrainingState, train_step  # noqa: E402
+from sharnn.train import train  # noqa: E402
 
 CONFIG = load_config("tiny", SMALL + ["model.dropouth=0.1"])
 

@@ -603,7 +603,7 @@ def test_public_names_load_on_first_use_and_evaluate_is_the_function():
         "print(SHARNN.__module__, TrainingState.__module__)\n"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["sharnn.model", "sharnn.train"]
+    assert done.stdout.split() == ["sharnn.model", "sharnn.recipe"]
 
 
 def test_version_in_a_real_process():

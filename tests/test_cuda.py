@@ -17,7 +17,7 @@ from sharnn.data import batchify, get_batch
 from sharnn.model import SHARNN, SHARNNConfig, causal_mask, sdpa_attention
 from sharnn.optim import MinTrustLAMB
 from sharnn.runtime import Runtime
-from sharnn.train import train_step
+from sharnn.recipe import train_step
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")

@@ -32,7 +32,7 @@ from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, cli, s
                      single_thread, write_small_corpus)
 
 import sharnn.export as export_module  # noqa: E402
-import sharnn.train as train_module  # noqa: E402
+import sharnn.run_folder as run_folder_module  # noqa: E402
 from sharnn.checkpoint import load_model, read_config  # noqa: E402
 from sharnn.compress import model_sha256  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
@@ -433,6 +433,6 @@ def test_a_torchrun_command_that_cannot_be_read_says_so(monkeypatch):
                         ("MASTER_ADDR", "localhost"), ("MASTER_PORT", "29500")):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(sys, "argv", ["/somewhere/sharnn/__main__.py", "train", "--preset", "tiny"])
-    assert train_module.command_line() == (
+    assert run_folder_module.command_line() == (
         "torchrun --nproc_per_node=2 -m sharnn train --preset tiny  # torchrun's own options (such as --standalone) "
         "not recorded")

@@ -29,7 +29,7 @@ from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, checkp
                      shared_run, signal_when, wait_for, write_small_corpus)
 
 from sharnn.files import Lock, output_lock
-from sharnn.train import LOCK_FILE
+from sharnn.run_folder import LOCK_FILE
 
 TEXT = b"One run, one writer. " * 10  # 210 bytes: an --online compression of it takes about a second
 

@@ -46,7 +46,8 @@ from sharnn.checkpoint import load_model, read_info  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
 from sharnn.errors import Interrupted, TrainingDiverged  # noqa: E402
 from sharnn.runtime import Runtime  # noqa: E402
-from sharnn.train import TrainingState, learning_rate, train, train_step  # noqa: E402
+from sharnn.recipe import TrainingState, learning_rate, train_step  # noqa: E402
+from sharnn.train import train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

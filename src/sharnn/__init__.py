@@ -25,7 +25,7 @@ __version__ = "0.2.0"
 # Each public name and the submodule that defines it.
 _EXPORTS = {
     "SHARNN": "model", "SHARNNConfig": "model", "State": "model", "MinTrustLAMB": "optim",
-    "TrainConfig": "config", "load_config": "config", "Runtime": "runtime", "TrainingState": "train",
+    "TrainConfig": "config", "load_config": "config", "Runtime": "runtime", "TrainingState": "recipe",
     "ByteTokenizer": "tokenizer", "load_tokenizer": "tokenizer", "Corpus": "data", "load_corpus": "data",
     "EvalResult": "evaluate", "evaluate": "evaluate", "generate": "generate",
 }

@@ -20,11 +20,11 @@ A checkpoint is a folder in which nothing runs code when loaded::
     torch_rng    torch.get_rng_state() of every process, one row each ([N, 5056]; an
                  older single-process checkpoint has one 1-D state): dropout masks
     cuda_rng     torch.cuda.get_rng_state() of every process, CUDA runs only
-    progress     JSON of sharnn.train.Progress: optimizer steps done, epoch, the next
+    progress     JSON of sharnn.recipe.Progress: optimizer steps done, epoch, the next
                  window's row in the train streams, best valid BPC and its step,
                  training seconds, finished
 
-These are the three parts of ``sharnn.train.TrainingState.state_dict()``: ``model``,
+These are the three parts of ``sharnn.recipe.TrainingState.state_dict()``: ``model``,
 ``recurrent_state`` and ``trainer``. In a run folder::
 
     checkpoints/step-NNNNNNNN/    one folder per saved step
@@ -34,7 +34,7 @@ These are the three parts of ``sharnn.train.TrainingState.state_dict()``: ``mode
 A checkpoint is written into a staging folder of a unique name, flushed to disk and
 renamed; the links are swapped atomically. A crash therefore leaves the previous link and
 never a half-written checkpoint; checkpoints no link points to are deleted after each
-save. One process writes them: the run's writer (see :func:`sharnn.train.train`).
+save. One process writes them: the run's writer (see :class:`sharnn.run_folder.RunFolder`).
 
 The functions that read a checkpoint (:func:`resolve`, :func:`read_config`,
 :func:`load_model`) also take a folder in the Hugging Face Hub layout, written by

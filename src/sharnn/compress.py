@@ -49,7 +49,7 @@ from .errors import CheckpointError, ConfigError, DataError
 from .model import SHARNN
 from .pretrained import update_weights_digest
 from .progress import ProgressDisplay
-from .train import build_optimizer, learning_rate, train_step
+from .recipe import build_optimizer, learning_rate, train_step
 
 MAGIC = b"\x89sharnn\n"
 FORMAT_VERSION = 2  # the version compress() writes; version 1 (no storage keys) is still read

@@ -7,8 +7,11 @@ sampled token is fed alone with the carried state. Nothing is re-encoded per tok
 
 from __future__ import annotations
 
+import codecs
+import sys
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -16,6 +19,7 @@ from torch import Tensor
 from .errors import ConfigError
 from .model import SHARNN
 from .runtime import autocast
+from .tokenizer import Tokenizer
 
 
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -101,3 +105,20 @@ def generate(
         yield tokens
         if i + 1 < max_new_tokens:
             logits, state = step(tokens.view(1, -1), state)
+
+
+def print_sample(model: SHARNN, prompt_ids: np.ndarray, tokenizer: Tokenizer, n: int, seed: int,
+                 autocast_dtype: torch.dtype | None = None) -> None:
+    """What ``sharnn train`` prints at its end (``sample_bytes``): the prompt, the first
+    256 ids of the test split (``prompt_ids``), on stderr as a header and stdout as text,
+    then ``n`` ids generated from it at temperature 0.8 with ``seed``."""
+    unit = "bytes" if tokenizer.is_bytes else f"{tokenizer.name} tokens"
+    prompt = torch.from_numpy(prompt_ids.astype(np.int64))
+    steps = generate(model, prompt.view(-1, 1), n, temperature=0.8, seed=seed, autocast_dtype=autocast_dtype)
+    sample = [int(tokens[0]) for tokens in steps]
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for header, ids, final in ((f"prompt: the first 256 {unit} of the test split", prompt.tolist(), False),
+                               (f"sample: {n} {unit} generated at temperature 0.8", sample, True)):
+        print(f"\n--- {header} ---", file=sys.stderr, flush=True)
+        print(decoder.decode(tokenizer.decode_bytes(ids), final=final), flush=True)
+    print("---", file=sys.stderr)

@@ -1,0 +1,450 @@
+"""The folder of a training run (docs/training.md, "The run folder")::
+
+    config.yaml            the resolved TrainConfig
+    metrics.jsonl, events.out.tfevents.*, bpc.png     (sharnn.metrics)
+    checkpoints/step-N/, latest, best                 (sharnn.checkpoint)
+    summary.json           final valid and test BPC, parameter counts, steps, time
+    .lock                  held by the process that trains in it (sharnn.files.Lock)
+
+:class:`RunFolder` writes it, from the main process of a run alone. Around it, what a
+run's start, stop and resume need of run folders: :func:`resume_config` and
+:func:`resume_changes` (what a resume may change: :data:`RESUMABLE`),
+:func:`trained_tokenizer` and :func:`load_init_weights` (the checkpoint a run goes on
+with or starts from), :func:`read_summary`, the commands that start and resume a run
+(:func:`command_line`, :func:`resume_command`), and :class:`StopRequest` (Ctrl-C,
+SIGTERM or a hook: the run saves ``latest`` and stops).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from . import checkpoint, files
+from .checkpoint import CONFIG_FILE, RunCheckpoints, read_info
+from .config import TrainConfig, load_config, to_yaml
+from .distributed import Distributed, launched_by_torchrun, launcher, launcher_as_typed
+from .errors import CheckpointError, ConfigError, Interrupted, RunError
+from .evaluate import EvalResult
+from .files import Lock, write_atomically
+from .metrics import MetricsLog
+from .model import SHARNN
+from .recipe import Progress, TrainingState
+from .tokenizer import Tokenizer
+
+LOCK_FILE = ".lock"  # in a run folder: held by the process that trains in it (sharnn.files.Lock)
+# What a resumed run may change: settings that steer training without changing what its
+# checkpoint holds (the model, the data and its streams, the optimizer's state).
+RESUMABLE = frozenset({
+    "epochs", "max_steps", "max_seconds", "lr", "warmup_steps", "lr_halve_epochs", "clip",
+    "valid_every_steps", "checkpoint_every_steps", "log_every_steps", "progress_every_seconds",
+    "sample_bytes", "compile", "recompute",
+})
+# What a run started from a checkpoint's weights (init_from) may change in its model.
+INIT_CHANGES = frozenset({"dropouti", "dropouth", "dropouto"})
+
+
+class RunFolder:
+    """The run folder of one training run, as each of its processes sees it: the main
+    process alone writes it and holds its lock; on the others the methods that write do
+    nothing. Use it in a ``with`` block: its end releases the lock.
+
+    Collective: every process calls :meth:`lock_for_resume`, :meth:`create`,
+    :meth:`reopen`, :meth:`remove_staging`, :meth:`record`, :meth:`save` and
+    :meth:`finish` (each writes through :meth:`Distributed.on_main`, which raises an
+    error of the main process, a full disk say, on every process); :meth:`log` is
+    the main process's alone, without communication.
+
+    Args:
+        path: the run folder.
+        distributed: the processes of the run (default: one).
+    """
+
+    def __init__(self, path: str | Path, distributed: Distributed = Distributed()):
+        self.path, self.distributed = Path(path), distributed
+        self.lock = Lock(self.path / LOCK_FILE, str(path))
+        self.checkpoints = RunCheckpoints(self.path)
+        self.metrics: MetricsLog | _NoMetrics = _NoMetrics()
+        self.saved_step: int | None = None  # the step of the last checkpoint this run wrote or resumed from
+
+    def __enter__(self) -> RunFolder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+    def lock_for_resume(self) -> None:
+        """Take the run folder to resume for this run alone (a folder that is not a run,
+        without ``config.yaml``, is refused by the resume, and gets no lock file).
+
+        Raises:
+            LockError: another process trains in it.
+        """
+        self.distributed.on_main(lambda: self.lock.acquire() if (self.path / "config.yaml").is_file() else None)
+
+    def create(self, config: TrainConfig, restart: bool) -> None:
+        """Create the run folder (with ``restart``, one that exists without a checkpoint),
+        lock it, write its ``config.yaml`` and open its metrics with this start's ``run`` record.
+
+        Raises:
+            RunError: the folder exists (without ``restart``) or cannot be created.
+        """
+        self.metrics = self.distributed.on_main(lambda: self._create(config, restart)) or _NoMetrics()
+
+    def _create(self, config: TrainConfig, restart: bool) -> MetricsLog:
+        if not restart and self.path.exists():
+            raise RunError(f"run folder {self.path} already exists; resume it with --resume or choose another --out")
+        try:
+            self.path.mkdir(parents=True, exist_ok=restart)
+            self.lock.acquire()
+            write_atomically(self.path / "config.yaml", to_yaml(config))
+        except OSError as e:
+            raise RunError(f"cannot create the run folder {self.path}: {e.strerror or e}") from None
+        metrics = MetricsLog(self.path, resume_step=0 if restart else None)
+        metrics.log(self._run_record(0))
+        metrics.log_config(to_yaml(config), 0)
+        return metrics
+
+    def reopen(self, config: TrainConfig, step: int, best_step: int, epochs: float, changes: dict[str, list]) -> None:
+        """A resumed run's folder, at the checkpoint of ``step``: ``best`` repaired (to
+        ``best_step``), the metrics opened with this resume's ``run`` record (and the test
+        records of a finished run that is extended), the changed settings recorded (in
+        ``metrics.jsonl`` at ``epochs`` and in ``config.yaml``)."""
+        self.metrics = self.distributed.on_main(lambda: self._reopen(config, step, best_step, epochs, changes)) or _NoMetrics()
+        self.saved_step = step
+
+    def _reopen(self, config: TrainConfig, step: int, best_step: int, epochs: float, changes: dict[str, list]) -> MetricsLog:
+        self.checkpoints.repair_best(best_step)
+        ended_here = (read_summary(self.path) or {}).get("steps") == step
+        metrics = MetricsLog(self.path, resume_step=step, ended_here=ended_here)
+        metrics.log(self._run_record(step))
+        if changes:
+            metrics.log({"split": "config", "step": step, "epoch": round(epochs, 4), "changes": changes})
+            write_atomically(self.path / "config.yaml", to_yaml(config))
+        metrics.log_config(to_yaml(config), step)
+        return metrics
+
+    def _run_record(self, step: int) -> dict:
+        """The ``run`` record of this start or resume: the command line and the processes."""
+        return {"split": "run", "step": step, "command": command_line(), "processes": self.distributed.world_size}
+
+    def remove_staging(self) -> None:
+        """Remove what a save killed by ``kill -9`` left half made (:meth:`RunCheckpoints.remove_staging`)."""
+        self.distributed.on_main(self.checkpoints.remove_staging)
+
+    def restore(self, state: TrainingState, n_layers: int, device: torch.device) -> None:
+        """Load ``latest`` into ``state``, having removed what a save killed by ``kill -9``
+        left half made. Collective.
+
+        Raises:
+            CheckpointError: a ``latest`` that cannot be read, or does not fit ``state``.
+        """
+        self.remove_staging()
+        saved = self.checkpoints.load_latest(n_layers, device)
+        try:
+            state.load_state_dict(saved)
+        except (RuntimeError, KeyError, ValueError, TypeError) as e:
+            detail = " ".join(str(e).split())[:300]
+            raise CheckpointError(f"cannot resume from {self.checkpoints.latest.resolve()}: {detail}") from None
+
+    def log(self, record: dict, extra_scalars: dict | None = None) -> None:
+        """Log a train record (:meth:`MetricsLog.log`); the main process's alone."""
+        self.metrics.log(record, extra_scalars)
+
+    def record(self, record: dict) -> None:
+        """Log a validation or test record and redraw ``bpc.png``."""
+        self.distributed.on_main(lambda: self._record(record))
+
+    def _record(self, record: dict) -> None:
+        self.metrics.log(record)
+        self.metrics.plot()
+
+    def save(self, step: int, config: TrainConfig, state: dict, best: bool, info: dict[str, str], again: bool = False) -> None:
+        """Checkpoint ``state`` (what every process's :meth:`TrainingState.state_dict`
+        gave the main one) as ``latest`` (and ``best``); ``again``: write the step's
+        checkpoint again in place (:meth:`RunCheckpoints.rewrite`).
+
+        Raises:
+            CheckpointError, RunError: see :meth:`RunCheckpoints.save`.
+        """
+        write = self.checkpoints.rewrite if again else self.checkpoints.save
+        self.distributed.on_main(lambda: write(step, config, state, best=best, info=info))
+        self.saved_step = step
+
+    def finish(self, config: TrainConfig, progress: Progress, test: EvalResult, model: SHARNN, tokenizer: str,
+               epochs: float, prefix_bytes: dict[str, int | None]) -> dict:
+        """The end of a run, scored on the test split with the weights of its best step
+        (``test``): log the test record and the run's settings as TensorBoard
+        hyperparameters, write ``summary.json``, close the metrics.
+
+        Args:
+            epochs: the epochs of training done.
+            prefix_bytes: for ``valid`` and ``test``, the bytes scored (``valid_max_bytes``
+                and ``test_max_bytes``), or None for the whole split.
+
+        Returns:
+            The summary (its keys: :func:`sharnn.train.train`).
+        """
+        summary = {
+            "run_dir": str(self.path),
+            "valid_bpc": progress.best_valid_bpc,
+            "valid_prefix_bytes": prefix_bytes["valid"],
+            "test_bpc": test.bpc,
+            "test_prefix_bytes": prefix_bytes["test"],
+            "test_perplexity": test.perplexity,
+            "test_word_perplexity": test.word_perplexity,
+            "tokenizer": tokenizer,
+            "best_step": progress.best_step,
+            "steps": progress.step,
+            "epochs": round(epochs, 4),
+            "train_seconds": round(progress.elapsed, 1),
+            "parameters": model.num_parameters(),
+            "parameters_collapsed": model.num_parameters(collapsed=True),
+        }
+        record = {"split": "test", "step": progress.best_step, "epoch": round(epochs, 4),
+                  "run_step": progress.step, **scores(test), **prefix(prefix_bytes["test"])}
+
+        def write_results() -> None:
+            self._record(record)
+            self.metrics.log_hparams(_flatten(dataclasses.asdict(config)), summary["valid_bpc"], test.bpc, progress.step)
+            write_atomically(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+        self.distributed.on_main(write_results)
+        self.metrics.close()
+        return summary
+
+    def summary(self) -> dict | None:
+        """The run's ``summary.json`` (:func:`read_summary`)."""
+        return read_summary(self.path)
+
+    def kept(self, lr: float) -> str:
+        """What a diverged run keeps: its last good checkpoint, and how to resume it."""
+        if not self.checkpoints.has_latest():
+            return "no checkpoint was written; start again with a lower lr"
+        step = read_info(self.checkpoints.latest).get("step", "?")
+        return (f"the last good checkpoint, step {step}, is kept: resume it with a lower learning rate, "
+                f"e.g. {resume_command(self.path)} lr={lr / 4:g}")
+
+    def interrupted(self, signum: int | None, step: int) -> Interrupted:
+        """The error that ends a run stopped at ``step`` (exit status 128 + the signal:
+        130 for Ctrl-C), with the command that resumes it: from this step when it is
+        saved, else (a second signal) from the last checkpoint, or from step 0 without one."""
+        name = " by SIGTERM" if signum == signal.SIGTERM else ""
+        saved = self.saved_step
+        if saved == step:
+            where = f"at step {step}; continue with"
+        elif saved is None:
+            where = f"at step {step}, before the first checkpoint; start again from step 0 with"
+        else:
+            where = f"at step {step}, before saving it; continue from step {saved} with"
+        return Interrupted(f"interrupted{name} {where}: {resume_command(self.path)}",
+                           exit_code=128 + (signum or signal.SIGINT))
+
+
+def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """The configuration to resume a run with: the one its ``latest`` checkpoint holds (or,
+    for a run killed before its first checkpoint, its ``config.yaml``), with ``key=value``
+    overrides applied.
+
+    Raises:
+        RunError: ``run_dir`` is not a run folder.
+        CheckpointError: its stored configuration cannot be read.
+        ConfigError: a bad override (whether a resume may change it is checked by :func:`sharnn.train.train`).
+    """
+    run_dir = Path(run_dir)
+    checkpoints = RunCheckpoints(run_dir)
+    if checkpoints.has_latest():
+        source = checkpoints.latest / CONFIG_FILE
+    elif (run_dir / "config.yaml").is_file():
+        source = run_dir / "config.yaml"
+    elif run_dir.is_dir():
+        raise RunError(f"{run_dir} is not a run folder (it has no config.yaml or checkpoint); "
+                       f"start a run with --preset or --config")
+    else:
+        raise RunError(f"no run folder {run_dir} to resume")
+    try:
+        load_config(source)
+    except ConfigError as e:
+        raise CheckpointError(f"{source}: {e}") from None
+    return load_config(source, overrides)
+
+
+def resume_changes(run_dir: Path, config: TrainConfig) -> dict[str, list]:
+    """The settings a resume of ``run_dir`` with ``config`` changes, as
+    :func:`config_changes` gives them.
+
+    Raises:
+        ConfigError: a change of a setting not in :data:`RESUMABLE` (one that would change
+            what the checkpoint holds).
+        RunError, CheckpointError: see :func:`resume_config`.
+    """
+    changes = config_changes(resume_config(run_dir), config)
+    refused = [key for key in changes if key not in RESUMABLE]
+    if refused:
+        raise ConfigError(
+            f"a resumed run cannot change {', '.join(refused)} (the model, the data or the optimizer state its "
+            f"checkpoint holds); start a new run, from its weights with --init-from {run_dir} "
+            f"(a resume may change: {', '.join(sorted(RESUMABLE))})"
+        )
+    return changes
+
+
+def trained_tokenizer(config: TrainConfig, run: RunFolder, resumed: bool) -> Tokenizer | None:
+    """The tokenizer of the trained model this run goes on with (its latest checkpoint)
+    or starts from (``init_from``), checked against that model; None for a new model."""
+    if resumed:
+        return checkpoint.read_tokenizer(run.checkpoints.latest, config.model.vocab_size)
+    if config.init_from:
+        source = checkpoint.resolve(config.init_from)
+        return checkpoint.read_tokenizer(source, checkpoint.read_config(source).model.vocab_size)
+    return None
+
+
+def load_init_weights(config: TrainConfig, model: torch.nn.Module, device: torch.device) -> Path:
+    """Load the weights of ``init_from`` (its checkpoint folder, returned), whose model
+    settings must be this run's but for the dropouts."""
+    source = checkpoint.resolve(config.init_from)
+    changes = config_changes(checkpoint.read_config(source).model, config.model)
+    refused = [f"model.{key} {theirs} -> {ours}" for key, (theirs, ours) in changes.items() if key not in INIT_CHANGES]
+    if refused:
+        raise ConfigError(f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
+                          f"(only {', '.join(sorted(INIT_CHANGES))} may differ)")
+    checkpoint.load_weights(model, source, device)
+    return source
+
+
+def config_changes(old, new) -> dict[str, list]:
+    """The settings that differ between two configurations of one kind (:class:`TrainConfig`
+    or :class:`SHARNNConfig`), as ``{key: [old, new]}`` with dotted keys for the model."""
+    before, after = _flatten(dataclasses.asdict(old)), _flatten(dataclasses.asdict(new))
+    return {key: [before[key], after[key]] for key in before if before[key] != after[key]}
+
+
+def _flatten(mapping: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def scores(result: EvalResult) -> dict:
+    """A split's figures for metrics.jsonl: ``bpc`` (bits per byte of text), ``nats`` (per
+    token), and for token corpora ``bits_per_token``, ``perplexity`` (per token) and
+    ``word_perplexity`` (WikiText)."""
+    figures = {"bpc": result.bpc, "nats": result.nats}
+    if result.bytes != result.tokens:
+        figures.update(bits_per_token=result.bits_per_token, perplexity=result.perplexity)
+    if result.word_perplexity is not None:
+        figures["word_perplexity"] = result.word_perplexity
+    return figures
+
+
+def prefix(size: int | None) -> dict:
+    """``{"prefix_bytes": size}`` for a record of a split scored on its first ``size``
+    bytes only; {} for the whole split (``size`` None)."""
+    return {} if size is None else {"prefix_bytes": size}
+
+
+def describe_score(result: EvalResult) -> str:
+    """``1.2345 BPC`` and, for WikiText, ``, word perplexity 123.4``."""
+    words = f", word perplexity {result.word_perplexity:.1f}" if result.word_perplexity is not None else ""
+    return f"{result.bpc:.4f} BPC{words}"
+
+
+def command_line() -> str:
+    """This process's command line as a user would type it: under torchrun the launcher's
+    command (:func:`sharnn.distributed.launcher`) and ``ARGS``, else
+    :func:`sharnn.files.command_line` (``sharnn ARGS`` for the command-line tool)."""
+    if launched_by_torchrun():
+        command = shlex.join([*launcher(), *sys.argv[1:]])
+        return command if launcher_as_typed() else command + "  # torchrun's own options (such as --standalone) not recorded"
+    return files.command_line()
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes ``run_dir`` with this run's processes."""
+    return shlex.join([*launcher(), "train", "--resume", str(run_dir)])
+
+
+def read_summary(run_dir: str | Path) -> dict | None:
+    """A run's ``summary.json`` (written when it finished), or None."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class _NoMetrics:
+    """The metrics of a process other than the main one: it records nothing."""
+
+    def log(self, record: dict, extra_scalars: dict | None = None) -> None:
+        pass
+
+    def plot(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class StopRequest:
+    """Whether to stop after this step: Ctrl-C or SIGTERM (the signal schedulers send
+    before preempting a job), turned into a flag so that the run stops at a step boundary
+    (or abandons a validation or test between two windows) and saves ``latest``; or the
+    caller's ``should_stop``. A second signal interrupts at once (KeyboardInterrupt),
+    but not while a checkpoint is written (:meth:`deferred`: it stops after it) nor under
+    torchrun, which passes a signal on to processes that may have had it already."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, should_stop: Callable[[Progress], bool] | None, under_torchrun: bool = False):
+        self.should_stop = should_stop
+        self.under_torchrun = under_torchrun
+        self.signal: int | None = None  # the first signal received
+        self._saving = False
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __call__(self, progress: Progress) -> bool:
+        asked = self.should_stop is not None and bool(self.should_stop(progress))
+        return asked or self.signal is not None
+
+    def signalled(self) -> bool:
+        """Whether a signal asked to stop (evaluations ask this between two windows)."""
+        return self.signal is not None
+
+    @contextmanager
+    def deferred(self):
+        """Inside, a second signal only adds to the request: a checkpoint being written is
+        completed (its files staged, flushed and renamed) before the run stops."""
+        self._saving = True
+        try:
+            yield
+        finally:
+            self._saving = False
+
+    def _handle(self, signum, frame):
+        if self.signal is None:
+            self.signal = signum
+        elif not (self.under_torchrun or self._saving):
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
