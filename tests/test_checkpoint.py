@@ -10,14 +10,12 @@ import os
 import resource
 import shutil
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL, assert_ok, checkpoint_step, cli, sharnn_process, write_small_corpus  # noqa: E402
+from helpers import SMALL, assert_ok, checkpoint_step, cli, sharnn_process, write_small_corpus
 
 from sharnn import checkpoint as checkpoint_module  # noqa: E402
 from sharnn.checkpoint import RunCheckpoints, read_checkpoint, read_info, write_checkpoint  # noqa: E402

@@ -24,8 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import (  # noqa: E402
+from helpers import (
     SMALL,
     SUBPROCESS_ENV,
     assert_ok,

@@ -27,8 +27,7 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run,  # noqa: E402
+from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run,
                      single_thread, write_small_corpus)
 
 import sharnn.export as export_module  # noqa: E402

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL, assert_same_weights, metrics, write_small_corpus  # noqa: E402
+from helpers import SMALL, assert_same_weights, metrics, write_small_corpus
 
 from sharnn import checkpoint  # noqa: E402
 from sharnn.config import load_config  # noqa: E402

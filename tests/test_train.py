@@ -17,15 +17,13 @@ import re
 import shutil
 import signal
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import (  # noqa: E402
+from helpers import (
     RESUMABLE,
     SMALL,
     assert_ok,
