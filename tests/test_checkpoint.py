@@ -171,6 +171,7 @@ def test_free_space_is_checked_before_anything_is_written(tmp_path, trained_stat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_during_training_is_one_line_and_leaves_no_staging(tmp_path):
     """A real write failure: the process may not write files over 200 KB, so trainer.pt
     (the Adam-style moments, ~270 KB here) fails at the first save with EFBIG."""

@@ -281,6 +281,7 @@ def test_under_autocast_the_lstm_runs_in_the_autocast_dtype_and_keeps_its_state_
     assert block.lstm.weight_hh_l0.grad.dtype == torch.float32 and block.lstm.weight_hh_l0.grad.norm() > 0
 
 
+@pytest.mark.slow
 def test_compiled_fast_path_matches_the_uncompiled_one():
     """torch.compile of the LayerNorm/Boom sub-layers (inductor, CPU here): the same
     losses and gradients over windows of changing length, and the same eval logits."""
