@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs a benchmark script as a real process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

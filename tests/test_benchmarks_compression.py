@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import SMALL, SUBPROCESS_ENV
 
@@ -16,6 +17,8 @@ from sharnn.config import load_config
 ROOT = Path(__file__).resolve().parent.parent
 TINY_ONLINE = ["model.d_model=32", "model.boom_dim=64", "model.attention_span=48", "bptt=16"]
 BASELINES = {"gzip -9", "bzip2 -9", "xz -9e", "zstd -19"}
+
+pytestmark = pytest.mark.slow  # runs the benchmark scripts as real processes
 
 
 def test_compression_benchmark_runs_and_writes_json_and_plot(tmp_path):

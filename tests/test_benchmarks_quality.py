@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import SUBPROCESS_ENV, write_small_corpus
+
+pytestmark = pytest.mark.slow  # runs the benchmark scripts as real processes
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"

@@ -42,6 +42,7 @@ def check_rows(rows: list[dict], rate: str, repeats: int) -> None:
         assert row[rate] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("paths", [["fast-nocompile", "eager"], ["fast-recompute"]], ids=["uncompiled", "compiled"])
 def test_train_throughput_runs_and_writes_json(tmp_path, paths):
     out = tmp_path / "train.json"
@@ -62,6 +63,7 @@ def test_train_throughput_runs_and_writes_json(tmp_path, paths):
         assert ("speedup_vs_eager" in row) == (row["path"] != "eager" and "eager" in paths)
 
 
+@pytest.mark.slow
 def test_inference_throughput_runs_and_writes_json(tmp_path):
     out = tmp_path / "inference.json"
     stdout = run_script(

@@ -26,6 +26,8 @@ from sharnn.config import load_config, to_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "tokenization.py"
+# Not in pyproject's pythonpath: there benchmarks/ would come first for every test from
+# the start, and its compression.py shadow Python 3.14's compression package (gzip's).
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import tokenization as tk  # noqa: E402
 
@@ -223,6 +225,7 @@ def test_seeds_give_mean_min_and_max_per_tokenizer_and_markdown():
 # ----------------------------------------------------------------------------- the whole script
 
 
+@pytest.mark.slow
 def test_script_reuses_finished_runs_and_reports_them(tmp_path):
     data, runs = made_up_experiment(tmp_path, 30, [1, 2], analyze_tokens=500)
     result_file, png = tmp_path / "result.json", tmp_path / "result.png"
@@ -251,6 +254,7 @@ def test_script_reuses_finished_runs_and_reports_them(tmp_path):
     assert png.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_script_refuses_runs_of_another_configuration(tmp_path):
     data, runs = made_up_experiment(tmp_path, 30, [1], analyze_tokens=500)
     result_file = tmp_path / "result.json"
@@ -280,6 +284,7 @@ def small_bytes_corpus(data: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_a_tiny_byte_run_end_to_end_then_reused(tmp_path):
     data, runs, result_file = tmp_path / "data", tmp_path / "runs", tmp_path / "result.json"
     small_bytes_corpus(data)

@@ -10,14 +10,12 @@ import os
 import resource
 import shutil
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL, assert_ok, checkpoint_step, cli, sharnn_process, write_small_corpus  # noqa: E402
+from helpers import SMALL, assert_ok, checkpoint_step, cli, sharnn_process, write_small_corpus
 
 from sharnn import checkpoint as checkpoint_module  # noqa: E402
 from sharnn.checkpoint import RunCheckpoints, read_checkpoint, read_info, write_checkpoint  # noqa: E402
@@ -174,6 +172,7 @@ def test_free_space_is_checked_before_anything_is_written(tmp_path, trained_stat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_during_training_is_one_line_and_leaves_no_staging(tmp_path):
     """A real write failure: the process may not write files over 200 KB, so trainer.pt
     (the Adam-style moments, ~270 KB here) fails at the first save with EFBIG."""

@@ -24,8 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import (  # noqa: E402
+from helpers import (
     SMALL,
     SUBPROCESS_ENV,
     assert_ok,
@@ -550,6 +549,7 @@ def test_prepare_enwik8_right_size_wrong_checksum(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_user_error_in_a_real_process_is_one_line_without_traceback(tmp_path):
     process = sharnn_process("train", "--preset", "tiny", "--out", tmp_path / "run", "model.foo=1")
     stdout, stderr = process.communicate(timeout=120)
@@ -585,6 +585,7 @@ def test_help_version_and_usage_errors_do_not_import_torch():
     assert done.stderr.splitlines() == ["error: No such option '--bogus'. Did you mean '--out'? (see `sharnn train --help`)"]
 
 
+@pytest.mark.slow
 def test_public_names_load_on_first_use_and_evaluate_is_the_function():
     done = _python(
         "import sys, sharnn\n"
@@ -613,6 +614,7 @@ def test_version_in_a_real_process():
     assert done.stdout.strip().endswith("version 0.2.0")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.2, 0.5, 1.0, 1.5, 2.5])
 def test_ctrl_c_while_a_command_loads_is_one_line(delay):
     """SIGINT at any moment of `sharnn info` (while torch imports, or while it runs): one

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 from importlib import resources
-from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL, assert_user_error, cli, write_small_corpus  # noqa: E402
+from helpers import SMALL, assert_user_error, cli, write_small_corpus
 
 from sharnn.config import TrainConfig, load_config, preset_names, to_yaml  # noqa: E402
 from sharnn.errors import CheckpointError, ConfigError  # noqa: E402

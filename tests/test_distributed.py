@@ -60,6 +60,7 @@ def scores(run_dir: Path) -> list[tuple]:
     return [(r["split"], r["step"], r["bpc"]) for r in metrics(run_dir) if "bpc" in r]
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_process_on_all_the_streams(tmp_path, corpus_file):
     """Without dropout (whose masks a rank draws for its own streams), 2 ranks on 2 + 2
     streams compute the update 1 process computes on 4: the same losses at every step,
@@ -89,6 +90,7 @@ def test_two_processes_train_as_one_process_on_all_the_streams(tmp_path, corpus_
     assert trainer["torch_rng"].shape[0] == 2 and not torch.equal(*trainer["torch_rng"])  # each rank's own RNG
 
 
+@pytest.mark.slow
 def test_torchrun_with_one_process_is_a_plain_run(tmp_path, corpus_file):
     """One process under torchrun trains through DistributedDataParallel and gloo, and
     ends bit for bit where a plain run does (dropout on: the same masks)."""
@@ -103,6 +105,7 @@ def test_torchrun_with_one_process_is_a_plain_run(tmp_path, corpus_file):
     assert runs[0]["command"].startswith(f"torchrun --standalone --nproc_per_node=1 -m sharnn train --preset tiny --out {launched}")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_torchrun_with_one_process_on_cuda_matches_a_plain_run(tmp_path, corpus_file):
     """On a GPU (NCCL): one process under torchrun against a plain run, in fp32 on the
@@ -134,6 +137,7 @@ def _process_tree(pid: int) -> list[int]:
     return tree
 
 
+@pytest.mark.slow
 def test_a_two_process_run_killed_with_kill_9_resumes_exactly(tmp_path, corpus_file):
     """kill -9 of torchrun and both workers after the first checkpoint (step 4 of 40, with
     dropout): ``torchrun ... train --resume`` ends with the weights and the logged losses
@@ -163,6 +167,7 @@ def test_a_two_process_run_killed_with_kill_9_resumes_exactly(tmp_path, corpus_f
     assert [r["step"] for r in resumes] == [0, stopped_at] and all(r["processes"] == 2 for r in resumes)
 
 
+@pytest.mark.slow
 def test_sigterm_to_torchrun_stops_every_process_at_one_step_and_saves_it(tmp_path, corpus_file):
     """SIGTERM to torchrun, which passes it on to its workers (a scheduler's preemption):
     they agree on one step, save it as ``latest`` and print the torchrun command that
@@ -195,6 +200,7 @@ def _state(pid: int) -> str:
         return "Z"
 
 
+@pytest.mark.slow
 def test_a_process_count_that_does_not_divide_the_streams_is_refused_with_one_line(tmp_path, corpus_file):
     """3 processes for 4 train streams: the workers print one error line between them
     (torchrun then adds its own failure report) and nothing is created."""
@@ -209,6 +215,7 @@ def test_a_process_count_that_does_not_divide_the_streams_is_refused_with_one_li
     assert not run_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_run_folder_that_exists_is_refused_with_one_line_and_no_traceback(tmp_path, corpus_file):
     """The main process alone creates the run folder; its refusal reaches the other
     process, which stops without a traceback of its own."""
@@ -221,6 +228,7 @@ def test_a_run_folder_that_exists_is_refused_with_one_line_and_no_traceback(tmp_
     assert "[rank1]" not in result.stderr and not list(run_dir.iterdir())
 
 
+@pytest.mark.slow
 def test_a_two_process_run_goes_on_in_one_process(tmp_path, corpus_file):
     """Resumed with another number of processes, a run goes on from its checkpoint: the
     streams are divided again and dropout draws fresh masks (said in one line)."""

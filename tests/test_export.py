@@ -27,8 +27,7 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run,  # noqa: E402
+from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run,
                      single_thread, write_small_corpus)
 
 import sharnn.export as export_module  # noqa: E402
@@ -387,12 +386,14 @@ def _run_card_snippet(folder: Path, cwd: Path) -> subprocess.CompletedProcess:
                           check=False)
 
 
+@pytest.mark.slow
 def test_the_cards_usage_example_runs_as_written(tmp_path, exported):
     result = _run_card_snippet(exported, tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.encode()) in (2, 3, 4)  # one byte's text (U+FFFD for a lone byte) and a newline
 
 
+@pytest.mark.slow
 def test_the_card_of_a_words_model_says_so_and_its_example_runs(tmp_path, run_dir):
     """A words model's card names its tokenizer, and its example encodes a word of it."""
     tokenizer = WordTokenizer(["<eos>", "=", "the", "cat"])
@@ -409,6 +410,7 @@ def test_the_card_of_a_words_model_says_so_and_its_example_runs(tmp_path, run_di
     assert result.stdout.strip() in ("<eos>", "=", "the", "cat", "")
 
 
+@pytest.mark.slow
 def test_a_torchrun_run_records_the_launcher_command_as_typed(tmp_path):
     """``python -m torch.distributed.run --standalone --nproc_per_node=1 -m sharnn train``:
     the run record and the card quote it as ``torchrun --standalone ...``."""

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL, assert_same_weights, metrics, write_small_corpus  # noqa: E402
+from helpers import SMALL, assert_same_weights, metrics, write_small_corpus
 
 from sharnn import checkpoint  # noqa: E402
 from sharnn.config import load_config  # noqa: E402
@@ -284,6 +281,7 @@ def test_under_autocast_the_lstm_runs_in_the_autocast_dtype_and_keeps_its_state_
     assert block.lstm.weight_hh_l0.grad.dtype == torch.float32 and block.lstm.weight_hh_l0.grad.norm() > 0
 
 
+@pytest.mark.slow
 def test_compiled_fast_path_matches_the_uncompiled_one():
     """torch.compile of the LayerNorm/Boom sub-layers (inductor, CPU here): the same
     losses and gradients over windows of changing length, and the same eval logits."""

@@ -3,14 +3,12 @@ TensorBoard gets (read back from the event files)."""
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL, assert_ok, cli, single_thread, write_small_corpus  # noqa: E402
+from helpers import SMALL, assert_ok, cli, single_thread, write_small_corpus
 
 from sharnn.metrics import UNIFORM_BPC, MetricsLog, _describe_changes, _figure, _y_range  # noqa: E402
 

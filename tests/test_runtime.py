@@ -3,14 +3,10 @@ autocast context, and a model set up for the path from outside its code."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import SMALL  # noqa: E402
+from helpers import SMALL
 
 from sharnn.config import load_config  # noqa: E402
 from sharnn.errors import ConfigError  # noqa: E402

@@ -50,6 +50,7 @@ def run_dir(tmp_path, tmp_path_factory) -> Path:
 # One writer of a run folder
 
 
+@pytest.mark.slow
 def test_a_second_resume_of_a_running_run_is_refused_and_kill_9_leaves_no_stale_lock(tmp_path):
     """A run trains in a real process. While it runs (stopped with SIGSTOP, so that the
     files can be compared) a second ``sharnn train --resume`` is refused in one line
@@ -80,6 +81,7 @@ def test_a_second_resume_of_a_running_run_is_refused_and_kill_9_leaves_no_stale_
     assert checkpoint_step(run / "latest") == steps and run_records(run) == 2
 
 
+@pytest.mark.slow
 def test_a_resume_under_torchrun_is_refused_by_every_process_in_one_line(run_dir):
     """The main process alone takes the lock; the other stops with it, printing nothing
     (torchrun then adds its own failure report)."""
@@ -96,6 +98,7 @@ def test_a_resume_under_torchrun_is_refused_by_every_process_in_one_line(run_dir
     assert "[rank1]" not in result.stderr and run_records(run_dir) == 1
 
 
+@pytest.mark.slow
 def test_a_run_folder_being_created_is_locked_from_its_start(tmp_path):
     """A new run takes its folder's lock as it makes it, before writing anything in it."""
     corpus, run = write_small_corpus(tmp_path / "small.txt"), tmp_path / "run"
@@ -168,6 +171,7 @@ def slow_url():
     server.server_close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "status", "line"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
 def test_a_prepare_refuses_a_second_writer_and_a_signal_leaves_no_staging(tmp_path, slow_url, sig, status, line):
     """A real ``sharnn prepare enwik8`` downloads into its staging folder: a second prepare
@@ -235,6 +239,7 @@ def test_resuming_a_folder_that_is_not_a_run_leaves_no_lock_file(tmp_path):
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
 
 
+@pytest.mark.slow
 def test_sigterm_while_a_training_sets_up_is_one_line(tmp_path):
     """Before the training loop takes the signals over (loading torch and the corpus,
     building the model) SIGTERM ends ``sharnn train`` with one line and status 143."""

@@ -86,6 +86,7 @@ def test_prepare_wikitext2_command_uses_the_bundled_copy_and_reports_the_counts(
         assert np.array_equal(bundled.split(split), given.split(split))
 
 
+@pytest.mark.slow
 def test_bpe_round_trips_every_split_and_is_deterministic(tmp_path):
     folder = prepare_wikitext2(WIKITEXT2, tmp_path / "bpe", "bpe:600")
     corpus = load_corpus(str(folder))
@@ -285,6 +286,7 @@ def words_run(small_words, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_a_words_model_saved_without_its_tokenizer_is_refused_until_it_is_beside_it(words_run, tmp_path):
     from sharnn.checkpoint import load_model
 
@@ -296,12 +298,14 @@ def test_a_words_model_saved_without_its_tokenizer_is_refused_until_it_is_beside
     assert_ok(cli("generate", plain, "--prompt", " the", "--max-bytes", "3", "--seed", "1"))
 
 
+@pytest.mark.slow
 def test_a_whitespace_prompt_starts_a_words_model_after_a_line(words_run):
     result = cli("generate", words_run, "--prompt", "  ", "--max-bytes", "3", "--seed", "1")
     assert_ok(result)
     assert len(result.stdout) > 3  # the prompt, then three words
 
 
+@pytest.mark.slow
 def test_resume_and_init_from_refuse_a_corpus_with_another_tokenizer(small_words, words_run, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(small_words, other)

@@ -17,15 +17,13 @@ import re
 import shutil
 import signal
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import (  # noqa: E402
+from helpers import (
     RESUMABLE,
     SMALL,
     assert_ok,
@@ -185,6 +183,7 @@ def _assert_same_run(run_dir: Path, reference: Path) -> None:
     assert {p.resolve() for p in (run_dir / "checkpoints").iterdir()} == linked
 
 
+@pytest.mark.slow
 def test_resume_after_kill_9_ends_with_exactly_the_same_weights(tmp_path, corpus_file, reference_run):
     run_dir = tmp_path / "killed"
     process = sharnn_process("train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}")
@@ -202,6 +201,7 @@ def test_resume_after_kill_9_ends_with_exactly_the_same_weights(tmp_path, corpus
     _assert_same_run(run_dir, reference_run)
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_latest_prints_one_line_and_resumes_exactly(tmp_path, corpus_file, reference_run):
     run_dir = tmp_path / "interrupted"
     process = sharnn_process("train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}")
@@ -254,6 +254,7 @@ def ctrl_c() -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "how, where",
     [("should_stop", w) for w in ("mid-epoch-1", "last-step-of-epoch-1", "first-step-of-epoch-2", "mid-epoch-2")]
@@ -337,6 +338,7 @@ def _evaluate_signalling(monkeypatch, sig: int, streams: int, after_windows: int
     monkeypatch.setattr(train_module, "evaluate", evaluate)
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_validation_abandons_it_and_the_resume_is_exact(tmp_path, corpus_file, reference_run,
                                                                          monkeypatch):
     """SIGTERM a few windows into the step-16 validation: the validation stops at the next
@@ -590,6 +592,7 @@ def test_checkpoint_after_an_exploding_update_is_not_kept_as_good(tmp_path, corp
 # Steering: a resumed run may change its budget, learning rate and cadence
 
 
+@pytest.mark.slow
 def test_a_finished_run_extended_with_max_steps_ends_exactly_like_the_longer_run(tmp_path, corpus_file, reference_run):
     """RESUMABLE stopped by max_steps=24 (a finished run, validated and tested), then
     ``--resume RUN max_steps=40``: it ends at step 40 bit for bit like the run that had
@@ -670,6 +673,7 @@ def test_init_from_refuses_a_model_that_does_not_fit_and_creates_nothing(tmp_pat
 # SIGTERM (what schedulers send before preempting a job)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_latest_exits_143_and_resumes_exactly(tmp_path, corpus_file, reference_run):
     run_dir = tmp_path / "preempted"
     process = sharnn_process("train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}")
@@ -698,6 +702,7 @@ def test_epochs_are_epochs_done_in_records_and_summary(two_epoch_reference):
     assert json.loads((two_epoch_reference / "summary.json").read_text())["epochs"] == 2.0
 
 
+@pytest.mark.slow
 def test_tokens_per_s_counts_training_time_only(tmp_path, corpus_file, monkeypatch):
     """Validation made slow (0.3 s): the train records after it show the same speed."""
     real_evaluate = train_module.evaluate
@@ -745,6 +750,7 @@ def test_a_finite_blow_up_stops_naming_the_step_and_nothing_is_saved_from_it(tmp
 # Learning on real data
 
 
+@pytest.mark.slow
 def test_tiny_preset_learns_enwik8(tmp_path):
     """The tiny preset's model, a short run on the bundled enwik8 bytes: valid BPC falls
     far below the 8-bit uniform baseline (< 4.0) and below its first validation.
