@@ -1,4 +1,4 @@
-"""benchmarks/compression.py runs as a real process on a few KB: every compressor's row,
+"""benchmarks/compressors.py runs as a real process on a few KB: every compressor's row,
 round trips verified, the JSON and the plot (speed is never asserted)."""
 
 import json
@@ -27,7 +27,7 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(tmp_path):
     checkpoint = write_checkpoint(tmp_path / "ckpt", config, {"model": SHARNN(config.model).state_dict()})
     out, png = tmp_path / "result.json", tmp_path / "result.png"
     command = [
-        sys.executable, ROOT / "benchmarks" / "compression.py", "--files", "enwik8-head-test", "--limit", "3000",
+        sys.executable, ROOT / "benchmarks" / "compressors.py", "--files", "enwik8-head-test", "--limit", "3000",
         "--model", checkpoint, "--streams", "1", "4", "--json", out, "--plot", png, *TINY_ONLINE,
     ]
     done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)

@@ -23,13 +23,10 @@ import pytest
 from helpers import SUBPROCESS_ENV, WIKITEXT2
 from sharnn.analysis import byte_report, piece_table
 from sharnn.config import load_config, to_yaml
+import tokenization as tk  # benchmarks/tokenization.py, through pyproject's pythonpath
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "tokenization.py"
-# Not in pyproject's pythonpath: there benchmarks/ would come first for every test from
-# the start, and its compression.py shadow Python 3.14's compression package (gzip's).
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import tokenization as tk  # noqa: E402
 
 TINY = ["model.d_model=32", "model.boom_dim=64", "model.attention_span=48", "bptt=16", "train_streams=4",
         "valid_streams=4", "test_streams=2", "log_every_steps=2", "warmup_steps=5", "checkpoint_every_steps=1000"]

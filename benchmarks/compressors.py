@@ -26,8 +26,8 @@ Files (``--files``): ``enwik8-head-test``, the test split of the bundled corpus 
 text (``--wikitext``; skipped with a note when absent). ``--limit N`` keeps each file's
 first N bytes.
 
-    python benchmarks/compression.py --model runs/enwik8 --streams 1 8 32 --no-online
-    python benchmarks/compression.py --files enwik8-head-test --limit 20000 bptt=64
+    python benchmarks/compressors.py --model runs/enwik8 --streams 1 8 32 --no-online
+    python benchmarks/compressors.py --files enwik8-head-test --limit 20000 bptt=64
 """
 
 from __future__ import annotations
