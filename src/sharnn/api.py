@@ -111,8 +111,8 @@ def evaluate_checkpoint(
     (docs/evaluation.md), as ``sharnn eval`` does.
 
     Args:
-        split: ``valid`` or ``test`` of the run's data (checked to be what the model's
-            tokenizer made).
+        split: ``valid`` or ``test`` (the command's choices; ``train`` too) of the run's
+            data, checked to be what the model's tokenizer made.
         file: score this file instead of a split (needed for a plain ``save_pretrained``
             folder, which records no data).
         streams: parallel streams (None: the run's ``valid_streams`` or ``test_streams``;
