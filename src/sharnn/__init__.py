@@ -28,6 +28,10 @@ _EXPORTS = {
     "TrainConfig": "config", "load_config": "config", "Runtime": "runtime", "TrainingState": "recipe",
     "ByteTokenizer": "tokenizer", "load_tokenizer": "tokenizer", "Corpus": "data", "load_corpus": "data",
     "EvalResult": "evaluate", "evaluate": "evaluate", "generate": "generate",
+    # what the commands do (sharnn.api)
+    "load": "api", "Loaded": "api", "evaluate_checkpoint": "api", "Evaluation": "api", "generate_text": "api",
+    "Generation": "api", "analyze_tokenization": "api", "compress_file": "api", "decompress_file": "api",
+    "Coding": "api", "train_run": "api", "info": "api",
 }
 __all__ = list(_EXPORTS)
 
