@@ -118,9 +118,14 @@ STATE_RTOL = 3e-2  # memory and LSTM (h, c) carried out of the window, worst blo
 TRAIN_FINAL_TOL_NATS = 0.05  # (b): |fast - eager| of the final 50-step mean loss, nats per byte
 
 LIMITS = {  # (a): the limit of each per-window error (None, e.g. without an attention head, is not judged)
-    "attention_row_rel_err": ATTENTION_ROW_RTOL, "attention_grad_query_rel_err": ATTENTION_GRAD_QUERY_RTOL,
-    "attention_grad_kv_rel_err": ATTENTION_GRAD_KV_RTOL, "logits_rel_err": LOGITS_RTOL, "loss_rel_err": LOSS_RTOL,
-    "grad_rel_err_median": GRAD_MEDIAN_RTOL, "memory_rel_err": STATE_RTOL, "lstm_h_rel_err": STATE_RTOL,
+    "attention_row_rel_err": ATTENTION_ROW_RTOL,
+    "attention_grad_query_rel_err": ATTENTION_GRAD_QUERY_RTOL,
+    "attention_grad_kv_rel_err": ATTENTION_GRAD_KV_RTOL,
+    "logits_rel_err": LOGITS_RTOL,
+    "loss_rel_err": LOSS_RTOL,
+    "grad_rel_err_median": GRAD_MEDIAN_RTOL,
+    "memory_rel_err": STATE_RTOL,
+    "lstm_h_rel_err": STATE_RTOL,
     "lstm_c_rel_err": STATE_RTOL,
 }
 
@@ -190,7 +195,11 @@ def worst_error(fast: list, ref: list, error=rel_error) -> float | None:
     None when neither path has any, inf where they disagree on how many or which exist."""
     if len(fast) != len(ref):
         return math.inf
-    errors = [math.inf if (f is None) != (r is None) else error(f, r) for f, r in zip(fast, ref) if f is not None or r is not None]
+    errors = [
+        math.inf if (f is None) != (r is None) else error(f, r)
+        for f, r in zip(fast, ref)
+        if f is not None or r is not None
+    ]
     return max(errors, default=None)
 
 
@@ -235,7 +244,9 @@ def window_pass(model: SHARNN, runtime: Runtime, inputs, targets, state):
         logits, state = model(inputs, state)
     loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
     loss.backward()
-    grads = {name: torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
+    grads = {
+        name: torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()
+    }
     return logits.detach().float(), loss.detach(), grads, state.detach()
 
 
@@ -289,8 +300,14 @@ def check_outputs(config, device: torch.device, windows: int, compile: bool) -> 
 
 
 # (b): the settings of both runs (after the preset and the user's overrides), and of each.
-TRAIN_SETTINGS = ["data=enwik8-head", "bptt_jitter=false", "log_every_steps=1", "valid_every_steps=0",
-                  "sample_bytes=0", f"checkpoint_every_steps={10**9}"]
+TRAIN_SETTINGS = [
+    "data=enwik8-head",
+    "bptt_jitter=false",
+    "log_every_steps=1",
+    "valid_every_steps=0",
+    "sample_bytes=0",
+    f"checkpoint_every_steps={10**9}",
+]
 TRAIN_PATHS = {"eager": ["fast_path=off", "precision=fp32"], "fast": ["fast_path=on", "precision=bf16"]}
 
 
@@ -298,8 +315,14 @@ def training_configs(preset: str, overrides: list[str], device: torch.device, st
     """Part (b)'s two run configurations, ``{"eager": TrainConfig, "fast": TrainConfig}``:
     the preset with the user's ``overrides`` (streams and bptt included), then
     :data:`TRAIN_SETTINGS` and each path's. Raises ``ConfigError``."""
-    settings = [*overrides, *TRAIN_SETTINGS, f"max_steps={steps}", f"epochs={steps}", f"device={device}",
-                f"compile={str(compile).lower()}"]  # an epoch has at least one step: epochs=steps never ends a run
+    settings = [
+        *overrides,
+        *TRAIN_SETTINGS,
+        f"max_steps={steps}",
+        f"epochs={steps}",
+        f"device={device}",
+        f"compile={str(compile).lower()}",
+    ]  # an epoch has at least one step: epochs=steps never ends a run
     return {path: load_config(preset, settings + extra) for path, extra in TRAIN_PATHS.items()}
 
 
@@ -328,7 +351,10 @@ def check_training(configs: dict, steps: int) -> dict:
         eager_losses, eager_seconds, eager_rate = train_run(configs["eager"], Path(folder) / "eager")
         fast_losses, fast_seconds, fast_rate = train_run(configs["fast"], Path(folder) / "fast")
 
-    eager_blocks, fast_blocks = block_means(eager_losses, TRAIN_BLOCK_STEPS), block_means(fast_losses, TRAIN_BLOCK_STEPS)
+    eager_blocks, fast_blocks = (
+        block_means(eager_losses, TRAIN_BLOCK_STEPS),
+        block_means(fast_losses, TRAIN_BLOCK_STEPS),
+    )
     final = min(TRAIN_FINAL_STEPS, steps)
     eager_final, fast_final = statistics.fmean(eager_losses[-final:]), statistics.fmean(fast_losses[-final:])
     finite = all(math.isfinite(x) for x in eager_losses + fast_losses)
@@ -337,10 +363,20 @@ def check_training(configs: dict, steps: int) -> dict:
         "steps": steps,
         "block_steps": TRAIN_BLOCK_STEPS,
         "final_steps": final,
-        "eager": {"loss_nats": eager_losses, "block_mean_bpc": [x / math.log(2) for x in eager_blocks],
-                  "final_mean_nats": eager_final, "seconds": eager_seconds, "tokens_per_s": eager_rate},
-        "fast": {"loss_nats": fast_losses, "block_mean_bpc": [x / math.log(2) for x in fast_blocks],
-                 "final_mean_nats": fast_final, "seconds": fast_seconds, "tokens_per_s": fast_rate},
+        "eager": {
+            "loss_nats": eager_losses,
+            "block_mean_bpc": [x / math.log(2) for x in eager_blocks],
+            "final_mean_nats": eager_final,
+            "seconds": eager_seconds,
+            "tokens_per_s": eager_rate,
+        },
+        "fast": {
+            "loss_nats": fast_losses,
+            "block_mean_bpc": [x / math.log(2) for x in fast_blocks],
+            "final_mean_nats": fast_final,
+            "seconds": fast_seconds,
+            "tokens_per_s": fast_rate,
+        },
         "max_block_diff_bpc": max(abs(a - b) for a, b in zip(eager_blocks, fast_blocks)) / math.log(2),
         "final_diff_nats": final_diff,
         "final_tolerance_nats": TRAIN_FINAL_TOL_NATS,
@@ -352,18 +388,28 @@ def check_training(configs: dict, steps: int) -> dict:
 def print_outputs(outputs: dict) -> None:
     """Part (a)'s table, one row per window, and the limits."""
     columns = [
-        ("window", "window", ""), ("memory_read", "memory", ""), ("loss_ref_nats", "loss ref", ".4f"),
-        ("attention_row_rel_err", "attn row", ".2e"), ("attention_grad_query_rel_err", "attn grad q", ".2e"),
+        ("window", "window", ""),
+        ("memory_read", "memory", ""),
+        ("loss_ref_nats", "loss ref", ".4f"),
+        ("attention_row_rel_err", "attn row", ".2e"),
+        ("attention_grad_query_rel_err", "attn grad q", ".2e"),
         ("attention_grad_kv_rel_err", "attn grad kv", ".2e"),
-        ("logits_rel_err", "logits", ".2e"), ("loss_rel_err", "loss", ".2e"),
-        ("grad_rel_err_median", "grad median", ".2e"), ("grad_rel_err_max", "grad max", ".2e"),
-        ("grad_worst_param", "worst param", ""), ("memory_rel_err", "memory out", ".2e"),
-        ("lstm_h_rel_err", "lstm h", ".2e"), ("lstm_c_rel_err", "lstm c", ".2e"), ("verdict", "verdict", ""),
+        ("logits_rel_err", "logits", ".2e"),
+        ("loss_rel_err", "loss", ".2e"),
+        ("grad_rel_err_median", "grad median", ".2e"),
+        ("grad_rel_err_max", "grad max", ".2e"),
+        ("grad_worst_param", "worst param", ""),
+        ("memory_rel_err", "memory out", ".2e"),
+        ("lstm_h_rel_err", "lstm h", ".2e"),
+        ("lstm_c_rel_err", "lstm c", ".2e"),
+        ("verdict", "verdict", ""),
     ]
     header = {key: name for key, name, _ in columns}
     print_table(
-        [r | {"verdict": "ok" if r["passed"] else "FAIL: " + ", ".join(header[k] for k in r["failed"])}
-         for r in outputs["windows"]],
+        [
+            r | {"verdict": "ok" if r["passed"] else "FAIL: " + ", ".join(header[k] for k in r["failed"])}
+            for r in outputs["windows"]
+        ],
         columns,
     )
     print("limits: " + ", ".join(f"{header[key]} {limit:g}" for key, limit in LIMITS.items()))
@@ -372,18 +418,32 @@ def print_outputs(outputs: dict) -> None:
 def print_training(training: dict, steps: int, compile: bool) -> None:
     """Part (b)'s loss curves in blocks of steps, and the final comparison."""
     block_rows = [
-        {"steps": f"{i * TRAIN_BLOCK_STEPS + 1}-{min((i + 1) * TRAIN_BLOCK_STEPS, steps)}",
-         "eager": e, "fast": f, "diff": f - e}
+        {
+            "steps": f"{i * TRAIN_BLOCK_STEPS + 1}-{min((i + 1) * TRAIN_BLOCK_STEPS, steps)}",
+            "eager": e,
+            "fast": f,
+            "diff": f - e,
+        }
         for i, (e, f) in enumerate(zip(training["eager"]["block_mean_bpc"], training["fast"]["block_mean_bpc"]))
     ]
-    print_table(block_rows, [("steps", "steps", ""), ("eager", "eager BPC", ".4f"), ("fast", "fast BPC", ".4f"),
-                             ("diff", "fast - eager", "+.4f")])
+    print_table(
+        block_rows,
+        [
+            ("steps", "steps", ""),
+            ("eager", "eager BPC", ".4f"),
+            ("fast", "fast BPC", ".4f"),
+            ("diff", "fast - eager", "+.4f"),
+        ],
+    )
     eager, fast = training["eager"], training["fast"]
-    print(f"max |block difference| {training['max_block_diff_bpc']:.4f} BPC; final {training['final_steps']}-step "
-          f"mean eager {eager['final_mean_nats']:.4f} nats, fast {fast['final_mean_nats']:.4f} nats, difference "
-          f"{training['final_diff_nats']:+.4f} (limit +-{TRAIN_FINAL_TOL_NATS}); {eager['seconds']:.1f} s eager, "
-          f"{fast['seconds']:.1f} s fast (training wall clock, the final validation"
-          + (" and compilation" if compile else "") + " included)")
+    print(
+        f"max |block difference| {training['max_block_diff_bpc']:.4f} BPC; final {training['final_steps']}-step "
+        f"mean eager {eager['final_mean_nats']:.4f} nats, fast {fast['final_mean_nats']:.4f} nats, difference "
+        f"{training['final_diff_nats']:+.4f} (limit +-{TRAIN_FINAL_TOL_NATS}); {eager['seconds']:.1f} s eager, "
+        f"{fast['seconds']:.1f} s fast (training wall clock, the final validation"
+        + (" and compilation" if compile else "")
+        + " included)"
+    )
 
 
 def main() -> int:
@@ -392,8 +452,12 @@ def main() -> int:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--streams", type=int, default=8, help="parallel streams B, both parts [8]")
     parser.add_argument("--bptt", type=int, default=256, help="window length T, both parts [256]")
-    parser.add_argument("--windows", type=int, default=None,
-                        help="windows of part (a) [ceil(span / bptt) + 1: the memory fills and is cut]")
+    parser.add_argument(
+        "--windows",
+        type=int,
+        default=None,
+        help="windows of part (a) [ceil(span / bptt) + 1: the memory fills and is cut]",
+    )
     parser.add_argument("--steps", type=int, default=300, help="training steps of part (b) per path [300]")
     parser.add_argument("--no-compile", action="store_true", help="fast path without torch.compile")
     parser.add_argument("--json", default=None, help="results file [benchmarks/results/check_fast_path.json]")
@@ -418,18 +482,24 @@ def main() -> int:
     windows = args.windows or -(-config.model.attention_span // config.bptt) + 1
     ieee_fp32()
 
-    print(f"preset {args.preset} {' '.join(args.overrides)}: d {config.model.d_model}, {config.model.n_layers} layers, "
-          f"attention {config.model.attention_blocks()}, span {config.model.attention_span}, {config.train_streams} streams, "
-          f"bptt {config.bptt}; device {device}; fast path bf16 autocast{', compiled' if compile else ''} "
-          f"vs eager fp32")
+    print(
+        f"preset {args.preset} {' '.join(args.overrides)}: d {config.model.d_model}, {config.model.n_layers} layers, "
+        f"attention {config.model.attention_blocks()}, span {config.model.attention_span}, {config.train_streams} streams, "
+        f"bptt {config.bptt}; device {device}; fast path bf16 autocast{', compiled' if compile else ''} "
+        f"vs eager fp32"
+    )
 
-    print(f"\n(a) outputs and gradients, {windows} windows, weights redrawn, dropout 0 "
-          f"(relative errors ||fast - ref|| / ||ref||)")
+    print(
+        f"\n(a) outputs and gradients, {windows} windows, weights redrawn, dropout 0 "
+        f"(relative errors ||fast - ref|| / ||ref||)"
+    )
     outputs = check_outputs(config, device, windows, compile)
     print_outputs(outputs)
 
-    print(f"\n(b) training {args.steps} steps on enwik8-head from one init, dropout as configured "
-          f"(loss in bits per byte, means over {TRAIN_BLOCK_STEPS} steps)")
+    print(
+        f"\n(b) training {args.steps} steps on enwik8-head from one init, dropout as configured "
+        f"(loss in bits per byte, means over {TRAIN_BLOCK_STEPS} steps)"
+    )
     training = check_training(train_configs, args.steps)
     print_training(training, args.steps, compile)
 
@@ -438,11 +508,18 @@ def main() -> int:
     print(f"(b) training: {'PASS' if training['passed'] else 'FAIL'}")
     result = {
         "environment": environment(device),
-        "preset": args.preset, "overrides": args.overrides, "streams": config.train_streams, "bptt": config.bptt,
-        "windows": windows, "compile": compile, "reference": "eager path, fp32 (IEEE on CUDA: no TF32), no autocast",
+        "preset": args.preset,
+        "overrides": args.overrides,
+        "streams": config.train_streams,
+        "bptt": config.bptt,
+        "windows": windows,
+        "compile": compile,
+        "reference": "eager path, fp32 (IEEE on CUDA: no TF32), no autocast",
         "fast": "fast path, bf16 memory, bf16 autocast" + (", torch.compile" if compile else ""),
         "thresholds": LIMITS | {"train_final_tol_nats": TRAIN_FINAL_TOL_NATS},
-        "outputs": outputs, "training": training, "passed": passed,
+        "outputs": outputs,
+        "training": training,
+        "passed": passed,
     }
     write_json(result, "check_fast_path.json", args.json)
     return 0 if passed else 1

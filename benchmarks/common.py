@@ -31,14 +31,19 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def environment(device: torch.device) -> dict:
     """Versions and hardware, stored with every result."""
     env = {
-        "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-        "device": str(device), "cpu_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "device": str(device),
+        "cpu_threads": torch.get_num_threads(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env |= {
-            "gpu": props.name, "gpu_memory_gib": round(props.total_memory / 2**30, 1),
-            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+            "gpu": props.name,
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
         }
     return env
 
@@ -114,8 +119,10 @@ def judge(name: str, value: float | None, target: float, higher_is_better: bool,
 
 def torch_settings() -> dict:
     """The precision settings that change fp32 (eager) timings."""
-    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
+    return {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+    }
 
 
 def enwik8_head() -> bytes:
@@ -171,7 +178,9 @@ def start_measurement(config, path: str, device: torch.device) -> tuple[Runtime,
     return runtime, build_model(config, runtime)
 
 
-def random_windows(T: int, B: int, count: int, device: torch.device, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def random_windows(
+    T: int, B: int, count: int, device: torch.device, seed: int = 0
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``count`` consecutive ``(inputs, targets)`` windows, each ``[T, B]`` int64 on
     ``device``, cut from seeded random bytes (targets are the inputs shifted by one)."""
     generator = torch.Generator().manual_seed(seed)
@@ -190,8 +199,14 @@ def warmup_windows(config) -> int:
 DATA_WINDOWS = 4  # distinct random windows a timed loop cycles through
 
 
-def time_windows(config, streams: int, device: torch.device, step: Callable[[torch.Tensor, torch.Tensor], object],
-                 steps: int, repeats: int) -> list[float]:
+def time_windows(
+    config,
+    streams: int,
+    device: torch.device,
+    step: Callable[[torch.Tensor, torch.Tensor], object],
+    steps: int,
+    repeats: int,
+) -> list[float]:
     """Seconds of each of ``repeats`` repeats of ``steps`` calls ``step(inputs, targets)``,
     after :func:`warmup_windows` untimed calls; the windows ``[T = bptt, streams]`` cycle
     through :data:`DATA_WINDOWS` windows of :func:`random_windows`, in order."""

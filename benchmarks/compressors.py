@@ -45,14 +45,14 @@ import matplotlib
 import torch
 import zstandard
 
-from common import enwik8_head, environment, parse_args_with_overrides, print_table, write_json
+from common import environment, enwik8_head, parse_args_with_overrides, print_table, write_json
 from sharnn.checkpoint import load_model
 from sharnn.compress import compress, decompress, online_config, online_model, read_header
 from sharnn.data import bundled_wikitext2, load_corpus
 from sharnn.errors import SharnnError
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ("enwik8-head-test", "enwik8-head", "wikitext2-test")
@@ -63,8 +63,10 @@ BASELINES = {
     "gzip -9": (lambda d: gzip.compress(d, 9), gzip.decompress),
     "bzip2 -9": (lambda d: bz2.compress(d, 9), bz2.decompress),
     "xz -9e": (lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME), lzma.decompress),
-    "zstd -19": (lambda d: zstandard.ZstdCompressor(level=19).compress(d),
-                 lambda b: zstandard.ZstdDecompressor().decompress(b)),
+    "zstd -19": (
+        lambda d: zstandard.ZstdCompressor(level=19).compress(d),
+        lambda b: zstandard.ZstdDecompressor().decompress(b),
+    ),
 }
 
 
@@ -95,10 +97,18 @@ def measure(file: str, compressor: str, data: bytes, encode, decode, repeats: in
             sys.exit(f"error: {compressor} on {file}: the decompressed bytes differ from the input")
     seconds = statistics.median(encode_s), statistics.median(decode_s)
     return {
-        "file": file, "compressor": compressor, "bytes": len(data), "size": len(blob),
-        "bits_per_byte": 8 * len(blob) / len(data), "compress_s": seconds[0], "decompress_s": seconds[1],
-        "compress_bytes_per_s": len(data) / seconds[0], "decompress_bytes_per_s": len(data) / seconds[1],
-        "repeats": repeats, "round_trip": True, "_blob": blob,
+        "file": file,
+        "compressor": compressor,
+        "bytes": len(data),
+        "size": len(blob),
+        "bits_per_byte": 8 * len(blob) / len(data),
+        "compress_s": seconds[0],
+        "decompress_s": seconds[1],
+        "compress_bytes_per_s": len(data) / seconds[0],
+        "decompress_bytes_per_s": len(data) / seconds[1],
+        "repeats": repeats,
+        "round_trip": True,
+        "_blob": blob,
     }
 
 
@@ -107,8 +117,12 @@ def measure_sharnn(file: str, compressor: str, data: bytes, encode, decode) -> d
     print(f"{file}: {compressor} on {len(data):,} bytes ...", end="", file=sys.stderr, flush=True)
     row = measure(file, compressor, data, encode, decode, repeats=1)
     row["header_bytes"] = row["size"] - read_header(row["_blob"])[0].payload_bytes
-    print(f" {row['bits_per_byte']:.4f} bits/byte, compress {row['compress_s']:.1f} s, "
-          f"decompress {row['decompress_s']:.1f} s", file=sys.stderr, flush=True)
+    print(
+        f" {row['bits_per_byte']:.4f} bits/byte, compress {row['compress_s']:.1f} s, "
+        f"decompress {row['decompress_s']:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return row
 
 
@@ -138,14 +152,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", nargs="+", choices=FILES, default=list(FILES))
     parser.add_argument("--limit", type=int, default=None, help="keep each file's first N bytes")
-    parser.add_argument("--wikitext", type=Path, default=WIKITEXT, help="WikiText-2's test.txt.gz [default: %(default)s]")
-    parser.add_argument("--model", default=None, help="run or checkpoint for the sharnn rows (none: those rows are skipped)")
-    parser.add_argument("--streams", nargs="+", type=int, default=[8], help="streams B of the sharnn rows, one row each")
+    parser.add_argument(
+        "--wikitext", type=Path, default=WIKITEXT, help="WikiText-2's test.txt.gz [default: %(default)s]"
+    )
+    parser.add_argument(
+        "--model", default=None, help="run or checkpoint for the sharnn rows (none: those rows are skipped)"
+    )
+    parser.add_argument(
+        "--streams", nargs="+", type=int, default=[8], help="streams B of the sharnn rows, one row each"
+    )
     parser.add_argument("--online-streams", type=int, default=8, help="streams B of online mode")
     parser.add_argument("--no-online", action="store_true", help="skip online mode (slow on big files)")
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/compression.json]")
     parser.add_argument("--plot", default=None, help="bar chart of bits per byte [default: the JSON's path with .png]")
-    parser.add_argument("overrides", nargs="*", help="key=value settings of online mode (sharnn.compress.online_config)")
+    parser.add_argument(
+        "overrides", nargs="*", help="key=value settings of online mode (sharnn.compress.online_config)"
+    )
     args = parse_args_with_overrides(parser)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
@@ -173,29 +195,50 @@ def main():
         for compressor, (encode, decode) in BASELINES.items():
             rows.append(measure(name, compressor, data, encode, decode, REPEATS))
         for streams in args.streams if model is not None else []:
-            rows.append(measure_sharnn(name, f"sharnn B={streams}", data,
-                                       lambda d, b=streams: compress(d, model, streams=b),
-                                       lambda blob: decompress(blob, model)))
+            rows.append(
+                measure_sharnn(
+                    name,
+                    f"sharnn B={streams}",
+                    data,
+                    lambda d, b=streams: compress(d, model, streams=b),
+                    lambda blob: decompress(blob, model),
+                )
+            )
         if settings is not None:
-            rows.append(measure_sharnn(name, f"sharnn online B={args.online_streams}", data,
-                                       lambda d: compress(d, online_model(settings), streams=args.online_streams,
-                                                          online=settings),
-                                       decompress))
+            rows.append(
+                measure_sharnn(
+                    name,
+                    f"sharnn online B={args.online_streams}",
+                    data,
+                    lambda d: compress(d, online_model(settings), streams=args.online_streams, online=settings),
+                    decompress,
+                )
+            )
     if not rows:
         sys.exit("error: no file to measure")
     for row in rows:
         del row["_blob"]
 
-    print_table(rows, [
-        ("file", "file", ""), ("compressor", "compressor", ""), ("size", "size", ","),
-        ("bits_per_byte", "bits/byte", ".4f"), ("compress_bytes_per_s", "compress B/s", ",.0f"),
-        ("decompress_bytes_per_s", "decompress B/s", ",.0f"),
-    ])
+    print_table(
+        rows,
+        [
+            ("file", "file", ""),
+            ("compressor", "compressor", ""),
+            ("size", "size", ","),
+            ("bits_per_byte", "bits/byte", ".4f"),
+            ("compress_bytes_per_s", "compress B/s", ",.0f"),
+            ("decompress_bytes_per_s", "decompress B/s", ",.0f"),
+        ],
+    )
     result = {
-        "environment": environment(torch.device("cpu")), "files": files, "limit": args.limit,
-        "model": args.model, "streams": args.streams,
+        "environment": environment(torch.device("cpu")),
+        "files": files,
+        "limit": args.limit,
+        "model": args.model,
+        "streams": args.streams,
         "online": None if settings is None else {"streams": args.online_streams, "overrides": args.overrides},
-        "baseline_repeats": REPEATS, "rows": rows,
+        "baseline_repeats": REPEATS,
+        "rows": rows,
     }
     target = write_json(result, "compression.json", args.json)
     plot(rows, Path(args.plot) if args.plot else target.with_suffix(".png"))

@@ -41,8 +41,20 @@ import sys
 import torch
 
 from common import (
-    add_throughput_options, environment, judge, measure_or_oom, median, parse_throughput_args, peak_memory_gib,
-    print_table, print_targets, start_measurement, time_repeats, time_windows, torch_settings, write_json,
+    add_throughput_options,
+    environment,
+    judge,
+    measure_or_oom,
+    median,
+    parse_throughput_args,
+    peak_memory_gib,
+    print_table,
+    print_targets,
+    start_measurement,
+    time_repeats,
+    time_windows,
+    torch_settings,
+    write_json,
 )
 from sharnn.evaluate import window_nll
 from sharnn.generate import generate
@@ -72,8 +84,14 @@ def measure_generation(config, streams: int, path: str, device: torch.device, ge
     """Seconds of each repeat of generating ``gen_bytes`` bytes in each of ``streams`` streams."""
     runtime, model = start_measurement(config, path, device)
     prompts = torch.randint(0, 256, (config.model.attention_span, streams), generator=torch.Generator().manual_seed(0))
-    steps = generate(model, prompts, 1 + GEN_WARMUP_BYTES + repeats * gen_bytes, seed=0,
-                     window=config.bptt, autocast_dtype=runtime.autocast_dtype)
+    steps = generate(
+        model,
+        prompts,
+        1 + GEN_WARMUP_BYTES + repeats * gen_bytes,
+        seed=0,
+        window=config.bptt,
+        autocast_dtype=runtime.autocast_dtype,
+    )
     for _ in range(1 + GEN_WARMUP_BYTES):  # the first feeds the whole prompt
         next(steps)
 
@@ -107,8 +125,15 @@ def judge_targets(gen_rows: list[dict]) -> list[dict]:
         goal = {1: 2_000, 64: 50_000}.get(streams)
         if row["path"] != "eager" and goal:
             what = "1 stream" if streams == 1 else f"{streams} streams"
-            targets.append(judge(f"generation {row['path']} {what} >= {goal:,} bytes/s", row.get("bytes_per_s"), goal,
-                                 True, "bytes/s"))
+            targets.append(
+                judge(
+                    f"generation {row['path']} {what} >= {goal:,} bytes/s",
+                    row.get("bytes_per_s"),
+                    goal,
+                    True,
+                    "bytes/s",
+                )
+            )
     return targets
 
 
@@ -117,9 +142,13 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--preset", default="enwik8-paper")
     parser.add_argument("--paths", nargs="+", default=INFERENCE_PATHS, choices=INFERENCE_PATHS)
-    parser.add_argument("--eval-streams", nargs="+", type=int, default=[16, 64], help="parallel streams of evaluation [16 64]")
+    parser.add_argument(
+        "--eval-streams", nargs="+", type=int, default=[16, 64], help="parallel streams of evaluation [16 64]"
+    )
     parser.add_argument("--steps", type=int, default=10, help="timed evaluation windows per repeat")
-    parser.add_argument("--gen-streams", nargs="+", type=int, default=[1, 64], help="parallel streams of generation [1 64]")
+    parser.add_argument(
+        "--gen-streams", nargs="+", type=int, default=[1, 64], help="parallel streams of generation [1 64]"
+    )
     parser.add_argument("--gen-bytes", type=int, default=200, help="timed bytes per stream per repeat")
     add_throughput_options(parser, "inference_throughput_PRESET.json", "key=value config overrides")
     args, device, configs = parse_throughput_args(parser, lambda args: [args.preset])
@@ -129,13 +158,16 @@ def main() -> None:
     for streams in args.eval_streams:
         for path in args.paths:
             print(f"measuring eval {streams} streams {path}", file=sys.stderr, flush=True)
-            result = measure_or_oom(lambda: measure_eval(config, streams, path, device, args.steps, args.repeats), device)
+            result = measure_or_oom(
+                lambda: measure_eval(config, streams, path, device, args.steps, args.repeats), device
+            )
             eval_rows.append({"streams": streams, "path": path} | result)
     for streams in args.gen_streams:
         for path in args.paths:
             print(f"measuring generation {streams} streams {path}", file=sys.stderr, flush=True)
             result = measure_or_oom(
-                lambda: measure_generation(config, streams, path, device, args.gen_bytes, args.repeats), device)
+                lambda: measure_generation(config, streams, path, device, args.gen_bytes, args.repeats), device
+            )
             gen_rows.append({"streams": streams, "path": path} | result)
     summarise(eval_rows, lambda row: args.steps * config.bptt * row["streams"], "tokens_per_s")
     summarise(gen_rows, lambda row: args.gen_bytes * row["streams"], "bytes_per_s")
@@ -148,28 +180,55 @@ def main() -> None:
             row["ms_per_byte_step"] = 1000 * median(row["seconds"]) / args.gen_bytes
 
     env = environment(device)
-    print(f"\n{args.preset}: device {env['device']} ({env.get('gpu', 'cpu')}), torch {env['torch']}, "
-          f"span {config.model.attention_span} (memory full), {args.repeats} repeats (medians)")
+    print(
+        f"\n{args.preset}: device {env['device']} ({env.get('gpu', 'cpu')}), torch {env['torch']}, "
+        f"span {config.model.attention_span} (memory full), {args.repeats} repeats (medians)"
+    )
     print(f"\nevaluation, T = {config.bptt}, {args.steps} windows per repeat")
-    print_table(eval_rows, [
-        ("streams", "streams", "d"), ("path", "path", ""), ("tokens_per_s", "tokens/s", ",.0f"),
-        ("ms_per_window", "ms/window", ".1f"), ("peak_gib", "peak GiB", ".2f"),
-        ("speedup_vs_eager", "vs eager", ".2f"), ("status", "status", ""),
-    ])
+    print_table(
+        eval_rows,
+        [
+            ("streams", "streams", "d"),
+            ("path", "path", ""),
+            ("tokens_per_s", "tokens/s", ",.0f"),
+            ("ms_per_window", "ms/window", ".1f"),
+            ("peak_gib", "peak GiB", ".2f"),
+            ("speedup_vs_eager", "vs eager", ".2f"),
+            ("status", "status", ""),
+        ],
+    )
     print(f"\ngeneration, {args.gen_bytes} bytes per stream per repeat")
-    print_table(gen_rows, [
-        ("streams", "streams", "d"), ("path", "path", ""), ("bytes_per_s", "bytes/s", ",.0f"),
-        ("bytes_per_s_per_stream", "bytes/s/stream", ",.0f"), ("ms_per_byte_step", "ms/step", ".2f"),
-        ("peak_gib", "peak GiB", ".2f"), ("speedup_vs_eager", "vs eager", ".2f"), ("status", "status", ""),
-    ])
+    print_table(
+        gen_rows,
+        [
+            ("streams", "streams", "d"),
+            ("path", "path", ""),
+            ("bytes_per_s", "bytes/s", ",.0f"),
+            ("bytes_per_s_per_stream", "bytes/s/stream", ",.0f"),
+            ("ms_per_byte_step", "ms/step", ".2f"),
+            ("peak_gib", "peak GiB", ".2f"),
+            ("speedup_vs_eager", "vs eager", ".2f"),
+            ("status", "status", ""),
+        ],
+    )
     judged = args.preset == "enwik8-paper" and not args.overrides
     targets = judge_targets(gen_rows) if judged else []
     if not judged:
         print("\ntargets not judged: they are for the enwik8-paper preset without overrides")
     else:
         print_targets(targets, ",.0f")
-    write_json({"environment": env, "settings": torch_settings(), "args": vars(args), "eval": eval_rows,
-                "generation": gen_rows, "targets": targets}, f"inference_throughput_{args.preset}.json", args.json)
+    write_json(
+        {
+            "environment": env,
+            "settings": torch_settings(),
+            "args": vars(args),
+            "eval": eval_rows,
+            "generation": gen_rows,
+            "targets": targets,
+        },
+        f"inference_throughput_{args.preset}.json",
+        args.json,
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from common import enwik8_head, environment, print_table, write_json
+from common import environment, enwik8_head, print_table, write_json
 from sharnn.compress import compress, online_config, online_model, read_header
 from sharnn.errors import SharnnError
 
@@ -34,8 +34,13 @@ def main():
     parser.add_argument("settings", nargs="+", help='"STREAMS key=value ...", one run each')
     args = parser.parse_args()
     data = enwik8_head()[: args.bytes]
-    rows = [{"settings": "xz -9e", "streams": None,
-             "bits_per_byte": 8 * len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)) / len(data)}]
+    rows = [
+        {
+            "settings": "xz -9e",
+            "streams": None,
+            "bits_per_byte": 8 * len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)) / len(data),
+        }
+    ]
     for setting in args.settings:
         streams, *overrides = setting.split()
         try:
@@ -46,14 +51,32 @@ def main():
         blob = compress(data, online_model(config), streams=int(streams), online=config)
         seconds = time.perf_counter() - start
         payload = read_header(blob)[0].payload_bytes
-        rows.append({"settings": " ".join(overrides) or "defaults", "streams": int(streams),
-                     "bits_per_byte": 8 * payload / len(data), "bytes_per_s": len(data) / seconds})
-        print(f"{setting}: {rows[-1]['bits_per_byte']:.4f} bits per byte, {rows[-1]['bytes_per_s']:,.0f} bytes/s",
-              flush=True)
-    print_table(rows, [("settings", "settings", ""), ("streams", "streams", ""),
-                       ("bits_per_byte", "bits/byte", ".4f"), ("bytes_per_s", "bytes/s", ",.0f")])
-    write_json({"environment": environment(torch.device("cpu")), "bytes": len(data), "rows": rows},
-               "online_settings.json", args.json)
+        rows.append(
+            {
+                "settings": " ".join(overrides) or "defaults",
+                "streams": int(streams),
+                "bits_per_byte": 8 * payload / len(data),
+                "bytes_per_s": len(data) / seconds,
+            }
+        )
+        print(
+            f"{setting}: {rows[-1]['bits_per_byte']:.4f} bits per byte, {rows[-1]['bytes_per_s']:,.0f} bytes/s",
+            flush=True,
+        )
+    print_table(
+        rows,
+        [
+            ("settings", "settings", ""),
+            ("streams", "streams", ""),
+            ("bits_per_byte", "bits/byte", ".4f"),
+            ("bytes_per_s", "bytes/s", ",.0f"),
+        ],
+    )
+    write_json(
+        {"environment": environment(torch.device("cpu")), "bytes": len(data), "rows": rows},
+        "online_settings.json",
+        args.json,
+    )
 
 
 if __name__ == "__main__":

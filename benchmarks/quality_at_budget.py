@@ -74,28 +74,47 @@ def fresh_folder(out: str | None) -> Path:
     return folder
 
 
-def run_result(name: str, preset: str, settings: str, overrides: list[str], config, summary: dict, run_dir: Path) -> dict:
+def run_result(
+    name: str, preset: str, settings: str, overrides: list[str], config, summary: dict, run_dir: Path
+) -> dict:
     """One run's row and curve, from its summary and metrics.jsonl."""
     records = read_metrics(run_dir)
     valid = [{"step": r["step"], "seconds": r["seconds"], "bpc": r["bpc"]} for r in records if r["split"] == "valid"]
     rates = [r["tokens_per_s"] for r in records if r["split"] == "train" and "tokens_per_s" in r]
     return {
-        "name": name, "preset": preset, "settings": settings, "overrides": overrides, "run_dir": str(run_dir),
-        "data": config.data, "train_streams": config.train_streams, "bptt": config.bptt,
-        "budget_seconds": config.max_seconds, "valid_every_steps": config.valid_every_steps,
-        "steps": summary["steps"], "train_seconds": summary["train_seconds"], "stopped_by": stop_reason(config, summary),
+        "name": name,
+        "preset": preset,
+        "settings": settings,
+        "overrides": overrides,
+        "run_dir": str(run_dir),
+        "data": config.data,
+        "train_streams": config.train_streams,
+        "bptt": config.bptt,
+        "budget_seconds": config.max_seconds,
+        "valid_every_steps": config.valid_every_steps,
+        "steps": summary["steps"],
+        "train_seconds": summary["train_seconds"],
+        "stopped_by": stop_reason(config, summary),
         "tokens_per_s": statistics.median(rates) if rates else None,
         "final_valid_bpc": valid[-1]["bpc"] if valid else None,
-        "best_valid_bpc": summary["valid_bpc"], "best_step": summary["best_step"], "test_bpc": summary["test_bpc"],
-        "parameters": summary["parameters"], "valid_curve": valid,
+        "best_valid_bpc": summary["valid_bpc"],
+        "best_step": summary["best_step"],
+        "test_bpc": summary["test_bpc"],
+        "parameters": summary["parameters"],
+        "valid_curve": valid,
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", action="append", help="preset or config file; repeat to compare [tiny]")
-    parser.add_argument("--set", action="append", dest="settings", metavar='"K=V K=V"',
-                        help="one run's extra overrides; repeat to compare (each with every preset)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        dest="settings",
+        metavar='"K=V K=V"',
+        help="one run's extra overrides; repeat to compare (each with every preset)",
+    )
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget per run, wall clock [10]")
     parser.add_argument("--data", default=None, help="corpus for every run [each preset's own]")
     parser.add_argument("--valid-every", type=int, default=500, help="validate every this many steps [500]")
@@ -116,7 +135,11 @@ def main() -> int:
         if key in OPTION_KEYS:
             parser.error(f"set {key} with {OPTION_KEYS[key]}, not as an override")
 
-    forced = [f"max_seconds={round(60 * args.minutes, 3)}", f"valid_every_steps={args.valid_every}", f"device={args.device}"]
+    forced = [
+        f"max_seconds={round(60 * args.minutes, 3)}",
+        f"valid_every_steps={args.valid_every}",
+        f"device={args.device}",
+    ]
     forced += [f"data={args.data}"] if args.data else []
     plan = []  # (name, preset, settings, overrides, config), all validated before the first run
     try:
@@ -131,10 +154,18 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    print(f"{len(plan)} run(s) of {args.minutes:g} min each on {device}, validation every {args.valid_every} steps; "
-          f"run folders in {out}", flush=True)
-    result = {"environment": environment(device), "minutes": args.minutes, "valid_every_steps": args.valid_every,
-              "out": str(out), "runs": []}
+    print(
+        f"{len(plan)} run(s) of {args.minutes:g} min each on {device}, validation every {args.valid_every} steps; "
+        f"run folders in {out}",
+        flush=True,
+    )
+    result = {
+        "environment": environment(device),
+        "minutes": args.minutes,
+        "valid_every_steps": args.valid_every,
+        "out": str(out),
+        "runs": [],
+    }
     diverged = []
     for name, preset, extra, overrides, config in plan:
         run_dir = out / name
@@ -144,8 +175,16 @@ def main() -> int:
         except TrainingDiverged as e:
             print(f"{name}: {e}", file=sys.stderr)
             diverged.append(name)
-            result["runs"].append({"name": name, "preset": preset, "settings": extra, "overrides": overrides,
-                                   "run_dir": str(run_dir), "error": str(e)})
+            result["runs"].append(
+                {
+                    "name": name,
+                    "preset": preset,
+                    "settings": extra,
+                    "overrides": overrides,
+                    "run_dir": str(run_dir),
+                    "error": str(e),
+                }
+            )
         except SharnnError as e:
             print(f"error: {name}: {e}", file=sys.stderr)
             return 2
@@ -156,10 +195,19 @@ def main() -> int:
     print(f"\nquality after {args.minutes:g} min of training per run (BPC: bits per byte, lower is better)")
     print_table(
         [r | {"settings": r["settings"] or "-"} for r in result["runs"]],
-        [("name", "run", ""), ("preset", "preset", ""), ("settings", "settings", ""), ("steps", "steps", ""),
-         ("train_seconds", "seconds", ".0f"), ("stopped_by", "stopped by", ""), ("tokens_per_s", "tokens/s", ",.0f"),
-         ("final_valid_bpc", "final valid BPC", ".4f"), ("best_valid_bpc", "best valid BPC", ".4f"),
-         ("test_bpc", "test BPC", ".4f")] + ([("error", "error", "")] if diverged else []),
+        [
+            ("name", "run", ""),
+            ("preset", "preset", ""),
+            ("settings", "settings", ""),
+            ("steps", "steps", ""),
+            ("train_seconds", "seconds", ".0f"),
+            ("stopped_by", "stopped by", ""),
+            ("tokens_per_s", "tokens/s", ",.0f"),
+            ("final_valid_bpc", "final valid BPC", ".4f"),
+            ("best_valid_bpc", "best valid BPC", ".4f"),
+            ("test_bpc", "test BPC", ".4f"),
+        ]
+        + ([("error", "error", "")] if diverged else []),
     )
     print("\nvalidation curves")
     print_table(

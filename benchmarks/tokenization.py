@@ -78,22 +78,37 @@ from pathlib import Path
 from common import environment, print_table, read_metrics, stop_reason, write_json
 from sharnn.config import load_config
 from sharnn.errors import SharnnError
-from sharnn.runtime import resolve_device
 from sharnn.run_folder import config_changes
+from sharnn.runtime import resolve_device
 
 DEFAULT_TOKENIZERS = "bytes,bpe:1000,bpe:8000,words"
 PRESETS = {"bytes": "wikitext2-bytes-tiny", "bpe": "wikitext2-bpe8k-tiny", "words": "wikitext2-words-tiny"}
 # Set before the user's overrides, so that the budget is what stops a run.
 BUDGET_DEFAULTS = ["max_steps=0", "epochs=1000"]
 # Set by options or by the tokenizer; refused as overrides.
-OPTION_KEYS = {"max_seconds": "--seconds", "seed": "--seeds", "data": "--data and --tokenizers",
-               "model.vocab_size": "--tokenizers"}
+OPTION_KEYS = {
+    "max_seconds": "--seconds",
+    "seed": "--seeds",
+    "data": "--data and --tokenizers",
+    "model.vocab_size": "--tokenizers",
+}
 SHARNN = [sys.executable, "-m", "sharnn"]
 ANALYSIS_FILE = "tokenization-test.json"
 INTERRUPTED = (130, 143)
 # Per-run numbers that get a mean and a spread over seeds.
-NUMBERS = ["parameters", "steps", "train_seconds", "tokens_per_s", "text_bytes", "text_epochs", "valid_bpc",
-           "test_bpc", "test_word_perplexity", "test_bits_per_token", "first_share"]
+NUMBERS = [
+    "parameters",
+    "steps",
+    "train_seconds",
+    "tokens_per_s",
+    "text_bytes",
+    "text_epochs",
+    "valid_bpc",
+    "test_bpc",
+    "test_word_perplexity",
+    "test_bits_per_token",
+    "first_share",
+]
 
 
 class ExperimentError(SharnnError):
@@ -158,13 +173,16 @@ def read_meta(folder: Path, tokenizer: str) -> dict | None:
     except (OSError, ValueError) as e:
         raise ExperimentError(f"{folder} exists but has no readable meta.json ({e}): remove it or give another --data")
     if meta.get("name") != "wikitext-2" or meta.get("tokenizer") != tokenizer:
-        raise ExperimentError(f"{folder} holds {meta.get('name')} with the {meta.get('tokenizer')} tokenizer, not "
-                              f"wikitext-2 with {tokenizer}: remove it or give another --data")
+        raise ExperimentError(
+            f"{folder} holds {meta.get('name')} with the {meta.get('tokenizer')} tokenizer, not "
+            f"wikitext-2 with {tokenizer}: remove it or give another --data"
+        )
     return meta
 
 
-def train_overrides(tokenizer: str, seed: int, seconds: float, corpus: Path, meta: dict | None,
-                    overrides: list[str]) -> list[str]:
+def train_overrides(
+    tokenizer: str, seed: int, seconds: float, corpus: Path, meta: dict | None, overrides: list[str]
+) -> list[str]:
     """The ``key=value`` overrides of one run: budget defaults, the user's, then the
     experiment's own (budget, seed, data, and a bpe model's vocabulary)."""
     forced = [f"max_seconds={seconds:g}", f"seed={seed}", f"data={corpus}"]
@@ -202,16 +220,22 @@ def summarize_run(tokenizer: str, seed: int, run_dir: Path, meta: dict, analysis
         first_share = analysis.get("first_character_share", analysis.get("first_piece_share"))
     train_bytes, train_tokens = meta["train_bytes"], meta["train_tokens"]
     return {
-        "tokenizer": tokenizer, "seed": seed, "run_dir": str(run_dir), "vocabulary": meta["vocab_size"],
-        "parameters": summary["parameters"], "steps": summary["steps"],
+        "tokenizer": tokenizer,
+        "seed": seed,
+        "run_dir": str(run_dir),
+        "vocabulary": meta["vocab_size"],
+        "parameters": summary["parameters"],
+        "steps": summary["steps"],
         "train_seconds": valids[-1]["seconds"] if valids else summary["train_seconds"],
         "summary_train_seconds": summary["train_seconds"],
         "stopped_by": stop_reason(config, summary) if config is not None else None,
         "tokens_per_s": statistics.median(rates) if rates else None,
         "train_bytes_per_token": train_bytes / train_tokens,
-        "text_epochs": summary["epochs"], "text_tokens": summary["epochs"] * train_tokens,
+        "text_epochs": summary["epochs"],
+        "text_tokens": summary["epochs"] * train_tokens,
         "text_bytes": summary["epochs"] * train_bytes,
-        "valid_bpc": summary["valid_bpc"], "test_bpc": summary["test_bpc"],
+        "valid_bpc": summary["valid_bpc"],
+        "test_bpc": summary["test_bpc"],
         "test_word_perplexity": summary.get("test_word_perplexity"),
         "test_bits_per_token": test["nats"] / math.log(2) if "nats" in test else None,
         "test_perplexity": summary.get("test_perplexity"),
@@ -233,8 +257,12 @@ def aggregate(rows: list[dict]) -> list[dict]:
             groups.setdefault(row["tokenizer"], []).append(row)
     result = []
     for tokenizer, runs in groups.items():
-        out = {"tokenizer": tokenizer, "vocabulary": runs[0]["vocabulary"], "seeds": [r["seed"] for r in runs],
-               "runs": len(runs)}
+        out = {
+            "tokenizer": tokenizer,
+            "vocabulary": runs[0]["vocabulary"],
+            "seeds": [r["seed"] for r in runs],
+            "runs": len(runs),
+        }
         for key in NUMBERS:
             values = [r[key] for r in runs if r.get(key) is not None]
             out[key] = statistics.fmean(values) if values else None
@@ -258,20 +286,27 @@ def spread(group: dict, key: str, spec: str) -> str:
 
 
 MARKDOWN_COLUMNS = [  # (header, key, format spec, percent)
-    ("vocabulary", "vocabulary", ",", False), ("parameters", "parameters", ",.0f", False),
-    ("steps", "steps", ",.0f", False), ("training s", "train_seconds", ",.0f", False),
+    ("vocabulary", "vocabulary", ",", False),
+    ("parameters", "parameters", ",.0f", False),
+    ("steps", "steps", ",.0f", False),
+    ("training s", "train_seconds", ",.0f", False),
     ("tokens/s", "tokens_per_s", ",.0f", False),
-    ("text seen (MB)", "text_bytes", ".2f", False), ("epochs", "text_epochs", ".3f", False),
-    ("valid BPC", "valid_bpc", ".4f", False), ("test BPC", "test_bpc", ".4f", False),
-    ("test word ppl", "test_word_perplexity", ",.1f", False), ("test bits/token", "test_bits_per_token", ".3f", False),
+    ("text seen (MB)", "text_bytes", ".2f", False),
+    ("epochs", "text_epochs", ".3f", False),
+    ("valid BPC", "valid_bpc", ".4f", False),
+    ("test BPC", "test_bpc", ".4f", False),
+    ("test word ppl", "test_word_perplexity", ",.1f", False),
+    ("test bits/token", "test_bits_per_token", ".3f", False),
     ("bits on first char/piece", "first_share", ".1f", True),
 ]
 
 
 def markdown_table(groups: list[dict]) -> str:
     """The per-tokenizer table in Markdown; cells ``mean`` or ``mean (min-max)``."""
-    lines = ["| tokenization | seeds | " + " | ".join(h for h, *_ in MARKDOWN_COLUMNS) + " |",
-             "|---|---:|" + "---:|" * len(MARKDOWN_COLUMNS)]
+    lines = [
+        "| tokenization | seeds | " + " | ".join(h for h, *_ in MARKDOWN_COLUMNS) + " |",
+        "|---|---:|" + "---:|" * len(MARKDOWN_COLUMNS),
+    ]
     for g in groups:
         cells = []
         for _, key, spec, percent in MARKDOWN_COLUMNS:
@@ -290,12 +325,22 @@ def markdown_table(groups: list[dict]) -> str:
 
 
 RUN_COLUMNS = [
-    ("tokenizer", "tokenizer", ""), ("seed", "seed", ""), ("vocabulary", "vocab", ","), ("parameters", "params", ","),
-    ("steps", "steps", ","), ("train_seconds", "train s", ".0f"), ("stopped_by", "stopped by", ""),
-    ("tokens_per_s", "tokens/s", ",.0f"), ("train_bytes_per_token", "bytes/token", ".3f"),
-    ("text_mb", "seen (MB)", ".2f"), ("text_epochs", "epochs", ".3f"), ("valid_bpc", "valid BPC", ".4f"),
-    ("test_bpc", "test BPC", ".4f"), ("test_word_perplexity", "test word ppl", ",.1f"),
-    ("test_bits_per_token", "test bits/tok", ".3f"), ("first_pct", "first char/piece %", ".1f"),
+    ("tokenizer", "tokenizer", ""),
+    ("seed", "seed", ""),
+    ("vocabulary", "vocab", ","),
+    ("parameters", "params", ","),
+    ("steps", "steps", ","),
+    ("train_seconds", "train s", ".0f"),
+    ("stopped_by", "stopped by", ""),
+    ("tokens_per_s", "tokens/s", ",.0f"),
+    ("train_bytes_per_token", "bytes/token", ".3f"),
+    ("text_mb", "seen (MB)", ".2f"),
+    ("text_epochs", "epochs", ".3f"),
+    ("valid_bpc", "valid BPC", ".4f"),
+    ("test_bpc", "test BPC", ".4f"),
+    ("test_word_perplexity", "test word ppl", ",.1f"),
+    ("test_bits_per_token", "test bits/tok", ".3f"),
+    ("first_pct", "first char/piece %", ".1f"),
 ]
 
 
@@ -311,11 +356,23 @@ def print_runs(rows: list[dict]) -> None:
 
 def print_groups(groups: list[dict]) -> None:
     """Per tokenizer, mean (min-max) over seeds."""
-    columns = [("valid_bpc", "valid BPC", ".4f"), ("test_bpc", "test BPC", ".4f"),
-               ("test_word_perplexity", "test word ppl", ",.1f"), ("test_bits_per_token", "test bits/tok", ".3f"),
-               ("steps", "steps", ",.0f"), ("tokens_per_s", "tokens/s", ",.0f"), ("first_share", "first share", ".3f")]
-    shown = [{"tokenizer": g["tokenizer"], "seeds": ",".join(map(str, g["seeds"])),
-              **{key: spread(g, key, spec) for key, _, spec in columns}} for g in groups]
+    columns = [
+        ("valid_bpc", "valid BPC", ".4f"),
+        ("test_bpc", "test BPC", ".4f"),
+        ("test_word_perplexity", "test word ppl", ",.1f"),
+        ("test_bits_per_token", "test bits/tok", ".3f"),
+        ("steps", "steps", ",.0f"),
+        ("tokens_per_s", "tokens/s", ",.0f"),
+        ("first_share", "first share", ".3f"),
+    ]
+    shown = [
+        {
+            "tokenizer": g["tokenizer"],
+            "seeds": ",".join(map(str, g["seeds"])),
+            **{key: spread(g, key, spec) for key, _, spec in columns},
+        }
+        for g in groups
+    ]
     print_table(shown, [("tokenizer", "tokenizer", ""), ("seeds", "seeds", "")] + [(k, h, "") for k, h, _ in columns])
 
 
@@ -329,22 +386,48 @@ def print_analyses(runs: list[dict]) -> None:
         where = f"first {report['tokens']:,} test tokens"
         if report["kind"] == "bytes":
             print(f"\n{name}: bits by character position in the word ({where})")
-            print_table(report["positions"], [("position", "position", ""), ("characters", "characters", ","),
-                                              ("surprisal", "surprisal (bits)", ".3f"), ("entropy", "entropy (bits)", ".3f"),
-                                              ("share", "share of bits", ".3f")])
+            print_table(
+                report["positions"],
+                [
+                    ("position", "position", ""),
+                    ("characters", "characters", ","),
+                    ("surprisal", "surprisal (bits)", ".3f"),
+                    ("entropy", "entropy (bits)", ".3f"),
+                    ("share", "share of bits", ".3f"),
+                ],
+            )
             print(f"\n{name}: word perplexity from bits per byte, 2^(BPC * Nc / Nw), beside the exact one ({where})")
-            print_table(report["conversion"], [("nc", "Nc", ""), ("count", "count", ","), ("per_word", "Nc/Nw", ".3f"),
-                                               ("perplexity", "perplexity", ",.2f"), ("vs_exact", "vs exact", ".3f")])
+            print_table(
+                report["conversion"],
+                [
+                    ("nc", "Nc", ""),
+                    ("count", "count", ","),
+                    ("per_word", "Nc/Nw", ".3f"),
+                    ("perplexity", "perplexity", ",.2f"),
+                    ("vs_exact", "vs exact", ".3f"),
+                ],
+            )
         elif report["kind"] == "bpe":
-            print(f"\n{name}: bits per word by number of pieces ({where}); "
-                  f"first pieces hold {report['first_piece_share']:.3f} of the bits")
-            print_table(report["pieces"], [("pieces", "pieces", ""), ("words", "words", ","),
-                                           ("bits_per_word", "bits/word", ".3f"), ("first_share", "first-piece share", ".3f"),
-                                           ("share", "share of bits", ".3f")])
+            print(
+                f"\n{name}: bits per word by number of pieces ({where}); "
+                f"first pieces hold {report['first_piece_share']:.3f} of the bits"
+            )
+            print_table(
+                report["pieces"],
+                [
+                    ("pieces", "pieces", ""),
+                    ("words", "words", ","),
+                    ("bits_per_word", "bits/word", ".3f"),
+                    ("first_share", "first-piece share", ".3f"),
+                    ("share", "share of bits", ".3f"),
+                ],
+            )
         else:
             totals = report["totals"]
-            print(f"\n{name}: {totals['words']:,} words scored ({where}), {totals['bits_per_word']:.4f} bits per word, "
-                  f"word perplexity {totals['word_perplexity']:,.2f}")
+            print(
+                f"\n{name}: {totals['words']:,} words scored ({where}), {totals['bits_per_word']:.4f} bits per word, "
+                f"word perplexity {totals['word_perplexity']:,.2f}"
+            )
 
 
 def plot(result: dict, path: Path) -> None:
@@ -372,8 +455,13 @@ def plot(result: dict, path: Path) -> None:
 
     for r in runs:
         curve = r["train_curve"]
-        curves.plot([p["seconds"] for p in curve], [p["bpc"] for p in curve], color=colors[r["tokenizer"]],
-                    label=f"{r['tokenizer']} seed {r['seed']}", linewidth=1)
+        curves.plot(
+            [p["seconds"] for p in curve],
+            [p["bpc"] for p in curve],
+            color=colors[r["tokenizer"]],
+            label=f"{r['tokenizer']} seed {r['seed']}",
+            linewidth=1,
+        )
     curves.set_xlabel("training seconds")
     curves.set_ylabel("train bits per byte (token models: estimate)")
     curves.set_title("(b) training curves")
@@ -395,8 +483,11 @@ def plot(result: dict, path: Path) -> None:
     positions.grid(alpha=0.3)
 
     for g in groups:
-        reports = [r["analysis"] for r in runs if r["tokenizer"] == g["tokenizer"] and r.get("analysis")
-                   and r["analysis"]["kind"] == "bpe"]
+        reports = [
+            r["analysis"]
+            for r in runs
+            if r["tokenizer"] == g["tokenizer"] and r.get("analysis") and r["analysis"]["kind"] == "bpe"
+        ]
         if reports:
             labels = [row["pieces"] for row in reports[0]["pieces"]]
             mean = [_mean_of([rep["pieces"][i]["bits_per_word"] for rep in reports]) for i in range(len(labels))]
@@ -454,8 +545,10 @@ def check_run_config(run_dir: Path, planned) -> None:
     changes = config_changes(existing, planned)
     if changes:
         listed = ", ".join(f"{k} {old} (run) vs {new} (planned)" for k, (old, new) in list(changes.items())[:4])
-        raise ExperimentError(f"{run_dir} was started with another configuration ({listed}): choose another --runs "
-                              f"or give the options it was started with")
+        raise ExperimentError(
+            f"{run_dir} was started with another configuration ({listed}): choose another --runs "
+            f"or give the options it was started with"
+        )
 
 
 def read_analysis(run_dir: Path, expected_tokens: int) -> dict | None:
@@ -473,13 +566,24 @@ def read_analysis(run_dir: Path, expected_tokens: int) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", default=None, help="WikiText-2 for `sharnn prepare` [default: the bundled copy]")
-    parser.add_argument("--data", default="data", help="folder of the prepared corpora, reused when there [%(default)s]")
-    parser.add_argument("--tokenizers", default=DEFAULT_TOKENIZERS, help="comma list: bytes, words, bpe:N [%(default)s]")
+    parser.add_argument(
+        "--data", default="data", help="folder of the prepared corpora, reused when there [%(default)s]"
+    )
+    parser.add_argument(
+        "--tokenizers", default=DEFAULT_TOKENIZERS, help="comma list: bytes, words, bpe:N [%(default)s]"
+    )
     parser.add_argument("--seconds", type=float, default=600.0, help="training wall clock per run [%(default)s]")
     parser.add_argument("--seeds", default="1", help="comma list of seeds, each a run per tokenizer [%(default)s]")
-    parser.add_argument("--runs", default="runs/tokenization", help="run folders; finished runs are reused [%(default)s]")
-    parser.add_argument("--analyze-tokens", type=int, default=None, metavar="N",
-                        help="analyze only the first N tokens of the test split [all]")
+    parser.add_argument(
+        "--runs", default="runs/tokenization", help="run folders; finished runs are reused [%(default)s]"
+    )
+    parser.add_argument(
+        "--analyze-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="analyze only the first N tokens of the test split [all]",
+    )
     parser.add_argument("--json", default=None, help="results file [benchmarks/results/tokenization.json]")
     parser.add_argument("--plot", default=None, help="PNG of the four panels [none]")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides for every run")
@@ -518,18 +622,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    print(f"{len(plan)} run(s) of {args.seconds:g} s of training each, one after another: "
-          f"{', '.join(tokenizers)} x seed {', '.join(map(str, seeds))}; corpora in {data}, run folders in {runs_dir}",
-          flush=True)
+    print(
+        f"{len(plan)} run(s) of {args.seconds:g} s of training each, one after another: "
+        f"{', '.join(tokenizers)} x seed {', '.join(map(str, seeds))}; corpora in {data}, run folders in {runs_dir}",
+        flush=True,
+    )
     result = {
         "question": "WikiText-2 as bytes, bpe:N and words, one SHA-RNN body, the same training time each (paper §6.1)",
-        "environment": environment(device) | {
-            "cpu_count": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "platform": sys.platform,
+        "environment": environment(device)
+        | {
+            "cpu_count": os.cpu_count(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "platform": sys.platform,
         },
-        "seconds": args.seconds, "seeds": seeds, "tokenizers_requested": tokenizers, "source": args.source,
-        "data": str(data), "runs_folder": str(runs_dir), "analyze_tokens": args.analyze_tokens,
-        "overrides": args.overrides, "commands": [], "runs": [], "tokenizers": [],
+        "seconds": args.seconds,
+        "seeds": seeds,
+        "tokenizers_requested": tokenizers,
+        "source": args.source,
+        "data": str(data),
+        "runs_folder": str(runs_dir),
+        "analyze_tokens": args.analyze_tokens,
+        "overrides": args.overrides,
+        "commands": [],
+        "runs": [],
+        "tokenizers": [],
     }
     failed, interrupted = False, None
     metas: dict[str, dict] = {}
@@ -542,8 +659,10 @@ def main(argv: list[str] | None = None) -> int:
                 meta = read_meta(corpus, tokenizer)
                 if meta is None:
                     source = ["--source", args.source] if args.source else []
-                    run_command(["prepare", "wikitext-2", *source, "--tokenizer", tokenizer, "--out", corpus],
-                                result["commands"])
+                    run_command(
+                        ["prepare", "wikitext-2", *source, "--tokenizer", tokenizer, "--out", corpus],
+                        result["commands"],
+                    )
                     meta = read_meta(corpus, tokenizer)
                 else:
                     print(f"reusing the prepared corpus {corpus}")
@@ -559,12 +678,16 @@ def main(argv: list[str] | None = None) -> int:
                 run_command(["train", "--resume", run_dir, "--quiet"], result["commands"])
             else:
                 run_command(["train", "--preset", preset, "--out", run_dir, "--quiet", *overrides], result["commands"])
-            expected = meta["test_tokens"] if args.analyze_tokens is None else min(args.analyze_tokens, meta["test_tokens"])
+            expected = (
+                meta["test_tokens"] if args.analyze_tokens is None else min(args.analyze_tokens, meta["test_tokens"])
+            )
             analysis = read_analysis(run_dir, expected)
             if analysis is None:
                 limit = [] if args.analyze_tokens is None else ["--max-tokens", args.analyze_tokens]
-                run_command(["analyze", "tokenization", run_dir, "--split", "test", *limit,
-                             "--out", run_dir / "analysis"], result["commands"])
+                run_command(
+                    ["analyze", "tokenization", run_dir, "--split", "test", *limit, "--out", run_dir / "analysis"],
+                    result["commands"],
+                )
                 analysis = read_analysis(run_dir, expected)
                 if analysis is None:
                     raise ExperimentError(f"the analysis of {run_dir} wrote no {ANALYSIS_FILE} of {expected:,} tokens")
@@ -593,10 +716,12 @@ def main(argv: list[str] | None = None) -> int:
             return interrupted
 
     rows = result["runs"]
-    print(f"\nWikiText-2 after {args.seconds:g} s of training per run, scored on the whole test split "
-          f"(BPC: bits per byte of the same text; word perplexity: words + one <eos> per line; tokens/s: median of the "
-          f"training log; seen: the text the training went through; first char/piece %: share of the analyzed "
-          f"bits on words' first characters or first pieces)")
+    print(
+        f"\nWikiText-2 after {args.seconds:g} s of training per run, scored on the whole test split "
+        f"(BPC: bits per byte of the same text; word perplexity: words + one <eos> per line; tokens/s: median of the "
+        f"training log; seen: the text the training went through; first char/piece %: share of the analyzed "
+        f"bits on words' first characters or first pieces)"
+    )
     print_runs(rows)
     groups = result["tokenizers"]
     if len(seeds) > 1 and groups:

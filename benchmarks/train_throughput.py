@@ -47,12 +47,26 @@ import sys
 import torch
 
 from common import (
-    PATHS, add_throughput_options, build_model, environment, judge, measure_or_oom, median, parse_throughput_args,
-    peak_memory_gib, print_table, print_targets, reset_peak_memory, start_measurement, time_repeats, time_windows,
-    torch_settings, write_json,
+    PATHS,
+    add_throughput_options,
+    build_model,
+    environment,
+    judge,
+    measure_or_oom,
+    median,
+    parse_throughput_args,
+    peak_memory_gib,
+    print_table,
+    print_targets,
+    reset_peak_memory,
+    start_measurement,
+    time_repeats,
+    time_windows,
+    torch_settings,
+    write_json,
 )
-from sharnn.runtime import Runtime
 from sharnn.recipe import build_optimizer, train_step
+from sharnn.runtime import Runtime
 
 DEFAULT_PRESETS = ["enwik8-paper", "enwik8-paper-4head", "enwik8-paper-noattn"]
 FLOOR_WARMUP = 3
@@ -68,7 +82,9 @@ def measure_model(config, streams: int, path: str, device: torch.device, steps: 
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> None:
         nonlocal state, loss
-        loss, _, state = train_step(model, optimizer, scaler, inputs, targets, state, config.clip, runtime.autocast_dtype)
+        loss, _, state = train_step(
+            model, optimizer, scaler, inputs, targets, state, config.clip, runtime.autocast_dtype
+        )
 
     seconds = time_windows(config, streams, device, step, steps, repeats)
     return {"seconds": seconds, "peak_gib": peak_memory_gib(device), "last_loss": float(loss)}
@@ -127,13 +143,19 @@ def judge_targets(rows: list[dict]) -> list[dict]:
     row = {(r["preset"], r["streams"], r["path"]): r for r in rows}
     targets = []
     if r := row.get(("enwik8-paper", 16, "fast")):
-        targets.append(judge("enwik8-paper 16 streams fast >= 150,000 tokens/s", r.get("tokens_per_s"), 150_000, True, "tokens/s"))
+        targets.append(
+            judge("enwik8-paper 16 streams fast >= 150,000 tokens/s", r.get("tokens_per_s"), 150_000, True, "tokens/s")
+        )
         targets.append(judge("enwik8-paper 16 streams fast model/floor <= 1.5", r.get("floor_ratio"), 1.5, False, "x"))
     if r := row.get(("enwik8-paper", 64, "fast")):
-        targets.append(judge("enwik8-paper 64 streams fast >= 400,000 tokens/s", r.get("tokens_per_s"), 400_000, True, "tokens/s"))
+        targets.append(
+            judge("enwik8-paper 64 streams fast >= 400,000 tokens/s", r.get("tokens_per_s"), 400_000, True, "tokens/s")
+        )
     for (preset, streams, path), r in row.items():
         if path == "fast" and (preset, streams, "eager") in row:
-            targets.append(judge(f"{preset} {streams} streams fast >= 4x eager", r.get("speedup_vs_eager"), 4.0, True, "x"))
+            targets.append(
+                judge(f"{preset} {streams} streams fast >= 4x eager", r.get("speedup_vs_eager"), 4.0, True, "x")
+            )
     return targets
 
 
@@ -144,7 +166,9 @@ def main() -> None:
     parser.add_argument("--streams", nargs="+", type=int, default=[8, 16, 64], help="parallel streams B [8 16 64]")
     parser.add_argument("--paths", nargs="+", default=["fast", "eager"], choices=list(PATHS))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per repeat")
-    add_throughput_options(parser, "train_throughput_PRESETS.json", "key=value config overrides applied to every preset")
+    add_throughput_options(
+        parser, "train_throughput_PRESETS.json", "key=value config overrides applied to every preset"
+    )
     args, device, configs = parse_throughput_args(parser, lambda args: args.presets)
 
     rows = []
@@ -161,20 +185,34 @@ def main() -> None:
             rows += summarise(group, config.bptt * streams, args.steps)
 
     env = environment(device)
-    print(f"\ntraining throughput, T = bptt, device {env['device']} ({env.get('gpu', 'cpu')}), torch {env['torch']}, "
-          f"{args.steps} steps x {args.repeats} repeats (medians)")
-    print_table(rows, [
-        ("preset", "preset", ""), ("streams", "streams", "d"), ("path", "path", ""), ("tokens_per_s", "tokens/s", ",.0f"),
-        ("ms_per_step", "ms/step", ".1f"), ("peak_gib", "peak GiB", ".2f"), ("floor_ratio", "model/floor", ".2f"),
-        ("speedup_vs_eager", "vs eager", ".2f"), ("status", "status", ""),
-    ])
+    print(
+        f"\ntraining throughput, T = bptt, device {env['device']} ({env.get('gpu', 'cpu')}), torch {env['torch']}, "
+        f"{args.steps} steps x {args.repeats} repeats (medians)"
+    )
+    print_table(
+        rows,
+        [
+            ("preset", "preset", ""),
+            ("streams", "streams", "d"),
+            ("path", "path", ""),
+            ("tokens_per_s", "tokens/s", ",.0f"),
+            ("ms_per_step", "ms/step", ".1f"),
+            ("peak_gib", "peak GiB", ".2f"),
+            ("floor_ratio", "model/floor", ".2f"),
+            ("speedup_vs_eager", "vs eager", ".2f"),
+            ("status", "status", ""),
+        ],
+    )
     targets = [] if args.overrides else judge_targets(rows)
     if args.overrides:
         print("\ntargets not judged: the overrides change the presets")
     else:
         print_targets(targets, ",.2f")
-    write_json({"environment": env, "settings": torch_settings(), "args": vars(args), "rows": rows, "targets": targets},
-               f"train_throughput_{'+'.join(args.presets)}.json", args.json)
+    write_json(
+        {"environment": env, "settings": torch_settings(), "args": vars(args), "rows": rows, "targets": targets},
+        f"train_throughput_{'+'.join(args.presets)}.json",
+        args.json,
+    )
 
 
 if __name__ == "__main__":

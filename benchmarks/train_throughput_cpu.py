@@ -33,8 +33,8 @@ from common import print_table, time_repeats, write_json
 from sharnn import SHARNN, load_config, load_corpus
 from sharnn.data import batchify, get_batch
 from sharnn.model import State, run_lstm
-from sharnn.runtime import Runtime
 from sharnn.recipe import build_optimizer, train_step
+from sharnn.runtime import Runtime
 
 
 class BareStack(nn.Module):
@@ -87,7 +87,9 @@ def main():
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/train_throughput_cpu_PRESET.json]")
+    parser.add_argument(
+        "--json", default=None, help="results file [default: benchmarks/results/train_throughput_cpu_PRESET.json]"
+    )
     args = parser.parse_args()
 
     config = load_config(args.preset, args.overrides)
@@ -118,21 +120,47 @@ def main():
     median = {name: statistics.median(r) for name, r in rates.items()}
     ratio = median["sharnn"] / median["bare"]
     params = {"sharnn": sharnn_model.num_parameters(), "bare": sum(p.numel() for p in bare_model.parameters())}
-    print(f"preset {args.preset}: {streams} streams, bptt {T}, d {config.model.d_model}, "
-          f"{config.model.n_layers} layers, {runtime.describe()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"preset {args.preset}: {streams} streams, bptt {T}, d {config.model.d_model}, "
+        f"{config.model.n_layers} layers, {runtime.describe()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
     print_table(
-        [{"model": name, "params": params[name], "median": median[name], "min": min(rates[name]), "max": max(rates[name])}
-         for name in candidates],
-        [("model", "model", ""), ("params", "params", ","), ("median", "median tokens/s", ",.0f"),
-         ("min", "min", ",.0f"), ("max", "max", ",.0f")],
+        [
+            {
+                "model": name,
+                "params": params[name],
+                "median": median[name],
+                "min": min(rates[name]),
+                "max": max(rates[name]),
+            }
+            for name in candidates
+        ],
+        [
+            ("model", "model", ""),
+            ("params", "params", ","),
+            ("median", "median tokens/s", ",.0f"),
+            ("min", "min", ",.0f"),
+            ("max", "max", ",.0f"),
+        ],
     )
     print(f"ratio sharnn / bare (medians): {ratio:.3f}")
     result = {
-        "preset": args.preset, "overrides": args.overrides, "streams": streams, "bptt": T,
-        "steps": args.steps, "repeats": args.repeats, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "machine": platform.machine(), "processor": platform.processor(), "runtime": runtime.describe(),
-        "tokens_per_s": rates, "median_tokens_per_s": median, "ratio": ratio, "parameters": params,
+        "preset": args.preset,
+        "overrides": args.overrides,
+        "streams": streams,
+        "bptt": T,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "runtime": runtime.describe(),
+        "tokens_per_s": rates,
+        "median_tokens_per_s": median,
+        "ratio": ratio,
+        "parameters": params,
     }
     write_json(result, f"train_throughput_cpu_{args.preset}.json", args.json)
 

@@ -2,6 +2,7 @@
 machine two OpenMP threads spinning against each other are many times slower."""
 
 import pytest
+
 from helpers import single_thread
 
 

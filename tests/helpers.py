@@ -71,8 +71,7 @@ def cli(*args: str):
 
 def assert_ok(result) -> None:
     assert result.exit_code == 0, (
-        f"exit {result.exit_code}\nstdout: {result.stdout}\nstderr: {result.stderr}\n"
-        f"exception: {result.exception!r}"
+        f"exit {result.exit_code}\nstdout: {result.stdout}\nstderr: {result.stderr}\nexception: {result.exception!r}"
     )
 
 
@@ -156,7 +155,7 @@ def checkpoint_step(link: Path) -> int:
     """The step of the checkpoint a ``latest`` / ``best`` link points to."""
     name = Path(link).resolve().name
     assert name.startswith("step-"), name
-    return int(name[len("step-"):])
+    return int(name[len("step-") :])
 
 
 _SHARED: dict[str, Path] = {}

@@ -44,8 +44,16 @@ def wikitext(split: str, size: int) -> bytes:
 def tiny_model(vocab_size: int = 256, seed: int = 0) -> SHARNN:
     """A random tiny model (attention span 24 > the windows of 8: the memory is carried)."""
     torch.manual_seed(seed)
-    config = SHARNNConfig(vocab_size=vocab_size, d_model=16, n_layers=2, boom_dim=32, attention_span=24,
-                          dropouti=0.0, dropouth=0.0, dropouto=0.0)
+    config = SHARNNConfig(
+        vocab_size=vocab_size,
+        d_model=16,
+        n_layers=2,
+        boom_dim=32,
+        attention_span=24,
+        dropouti=0.0,
+        dropouth=0.0,
+        dropouto=0.0,
+    )
     return SHARNN(config).eval()
 
 
@@ -73,7 +81,9 @@ def test_token_scores_add_up_to_the_evaluation_and_align_with_the_data():
         logp = torch.log_softmax(model(window[:-1])[0].double(), -1)[:, 0]
     expected = -logp.gather(-1, window[1:]).squeeze(-1) / math.log(2)
     np.testing.assert_allclose(surprisal[rows + 1 : rows + 9], expected.numpy(), rtol=1e-5)
-    np.testing.assert_allclose(entropy[rows + 1 : rows + 9], (-(logp.exp() * logp).sum(-1) / math.log(2)).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        entropy[rows + 1 : rows + 9], (-(logp.exp() * logp).sum(-1) / math.log(2)).numpy(), rtol=1e-5
+    )
 
 
 def test_token_scores_refuses_a_split_too_small_for_its_streams():
@@ -127,7 +137,9 @@ def test_frequency_table_bins_words_by_their_train_count():
     surprisal[text.index(b"zebra")] = 5.0  # zebra: 5 + 4 bits, 5 on its first character
     rows = {r["frequency"]: r for r in frequency_table(surprisal, text, label_bytes(text), counts)}
     assert rows["1-9 (incl. unseen)"]["words"] == 1
-    assert rows["1-9 (incl. unseen)"]["bits_per_word"] == 9 and rows["1-9 (incl. unseen)"]["first_share"] == pytest.approx(5 / 9)
+    assert rows["1-9 (incl. unseen)"]["bits_per_word"] == 9 and rows["1-9 (incl. unseen)"][
+        "first_share"
+    ] == pytest.approx(5 / 9)
     assert rows["10-99"]["words"] == 1 and rows["10-99"]["first_share"] == pytest.approx(1 / 3)
     assert rows["1,000-9,999"]["words"] == 2 and rows["1,000-9,999"]["characters"] == 3
     assert rows["100-999"]["words"] == 0 and rows["100-999"]["bits_per_word"] is None
@@ -182,8 +194,14 @@ def test_wikitext_pieces_make_its_words_and_eos():
 
 def test_analysis_of_a_byte_model_reports_and_writes(tmp_path):
     text = wikitext("test", 2000)
-    report = analyze(tiny_model(), ByteTokenizer(), np.frombuffer(text, dtype=np.uint8).copy(), 2, 8,
-                     train=np.frombuffer(wikitext("train", 20_000), dtype=np.uint8))
+    report = analyze(
+        tiny_model(),
+        ByteTokenizer(),
+        np.frombuffer(text, dtype=np.uint8).copy(),
+        2,
+        8,
+        train=np.frombuffer(wikitext("train", 20_000), dtype=np.uint8),
+    )
     totals = report["totals"]
     assert totals["tokens"] == totals["bytes"] == len(text) - 2 - len(text) % 2
     assert totals["words"] == report["counts"]["words"] + report["counts"]["lines"]
@@ -218,7 +236,10 @@ def test_analysis_of_wordpiece_and_word_models(tmp_path):
     assert [r["pieces"] for r in report["pieces"]] == ["1", "2", "3", "4+"]
     assert 0 < report["first_piece_share"] < 1
     assert "bits per word by its number of pieces" in format_report(report)
-    assert [p.name for p in write_report(report, tmp_path)] == ["tokenization-data.json", "tokenization-data-pieces.png"]
+    assert [p.name for p in write_report(report, tmp_path)] == [
+        "tokenization-data.json",
+        "tokenization-data-pieces.png",
+    ]
 
 
 # ----------------------------------------------------------------------------- command line

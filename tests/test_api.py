@@ -4,9 +4,9 @@ does, with its defaults and its errors, and the command prints what the function
 from __future__ import annotations
 
 import pytest
-from helpers import assert_ok, cli, shared_run
 
 import sharnn
+from helpers import assert_ok, cli, shared_run
 from sharnn.errors import CheckpointError, ConfigError, DataError
 
 

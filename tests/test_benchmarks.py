@@ -15,8 +15,20 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_train_throughput_cpu_runs_and_writes_json(tmp_path):
     out = tmp_path / "result.json"
     command = [
-        sys.executable, str(ROOT / "benchmarks" / "train_throughput_cpu.py"), "--steps", "1", "--repeats", "2",
-        "--warmup", "1", "--json", str(out), "model.d_model=32", "model.boom_dim=64", "train_streams=2", "bptt=16",
+        sys.executable,
+        str(ROOT / "benchmarks" / "train_throughput_cpu.py"),
+        "--steps",
+        "1",
+        "--repeats",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        str(out),
+        "model.d_model=32",
+        "model.boom_dim=64",
+        "train_streams=2",
+        "bptt=16",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

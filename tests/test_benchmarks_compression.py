@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SMALL, SUBPROCESS_ENV
 
+from helpers import SMALL, SUBPROCESS_ENV
 from sharnn import SHARNN
 from sharnn.checkpoint import write_checkpoint
 from sharnn.config import load_config
@@ -27,8 +27,22 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(tmp_path):
     checkpoint = write_checkpoint(tmp_path / "ckpt", config, {"model": SHARNN(config.model).state_dict()})
     out, png = tmp_path / "result.json", tmp_path / "result.png"
     command = [
-        sys.executable, ROOT / "benchmarks" / "compressors.py", "--files", "enwik8-head-test", "--limit", "3000",
-        "--model", checkpoint, "--streams", "1", "4", "--json", out, "--plot", png, *TINY_ONLINE,
+        sys.executable,
+        ROOT / "benchmarks" / "compressors.py",
+        "--files",
+        "enwik8-head-test",
+        "--limit",
+        "3000",
+        "--model",
+        checkpoint,
+        "--streams",
+        "1",
+        "4",
+        "--json",
+        out,
+        "--plot",
+        png,
+        *TINY_ONLINE,
     ]
     done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from helpers import SUBPROCESS_ENV, write_small_corpus
 
 pytestmark = pytest.mark.slow  # runs the benchmark scripts as real processes
@@ -33,7 +34,9 @@ runpy.run_path({script!r}, run_name="__main__")
 
 
 def run(command: list, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=timeout)
+    return subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=timeout
+    )
 
 
 def test_check_fast_path_passes_and_writes_json(tmp_path):
@@ -77,8 +80,19 @@ def test_check_fast_path_fails_with_a_top_left_mask(tmp_path):
 
 def test_check_fast_path_fails_when_training_diverges(tmp_path):
     out = tmp_path / "check.json"
-    done = run([sys.executable, BENCHMARKS / "check_fast_path.py", *CHECK_ARGS, "--steps", "3", "--json", out,
-                "lr=1e38", "warmup_steps=0"])
+    done = run(
+        [
+            sys.executable,
+            BENCHMARKS / "check_fast_path.py",
+            *CHECK_ARGS,
+            "--steps",
+            "3",
+            "--json",
+            out,
+            "lr=1e38",
+            "warmup_steps=0",
+        ]
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "(b) training: FAIL" in done.stdout
     training = json.loads(out.read_text())["training"]
@@ -89,9 +103,31 @@ def test_quality_at_budget_runs_each_setting_for_the_budget(tmp_path):
     data = write_small_corpus(tmp_path / "small.txt")
     out, result_file = tmp_path / "runs", tmp_path / "quality.json"
     command = [
-        sys.executable, BENCHMARKS / "quality_at_budget.py", "--device", "cpu", "--minutes", "0.04", "--valid-every", "5",
-        "--data", data, "--out", out, "--json", result_file, "--set", "lr=0.002", "--set", "lr=0.003",
-        *TINY_MODEL, "bptt=16", "train_streams=4", "valid_streams=4", "test_streams=2", "log_every_steps=2", "warmup_steps=5",
+        sys.executable,
+        BENCHMARKS / "quality_at_budget.py",
+        "--device",
+        "cpu",
+        "--minutes",
+        "0.04",
+        "--valid-every",
+        "5",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--json",
+        result_file,
+        "--set",
+        "lr=0.002",
+        "--set",
+        "lr=0.003",
+        *TINY_MODEL,
+        "bptt=16",
+        "train_streams=4",
+        "valid_streams=4",
+        "test_streams=2",
+        "log_every_steps=2",
+        "warmup_steps=5",
     ]
     done = run(command)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -47,8 +47,20 @@ def check_rows(rows: list[dict], rate: str, repeats: int) -> None:
 def test_train_throughput_runs_and_writes_json(tmp_path, paths):
     out = tmp_path / "train.json"
     stdout = run_script(
-        "train_throughput.py", "--presets", "tiny", "--streams", "2", "--steps", "1", "--repeats", "2",
-        "--json", str(out), "--paths", *paths, *TINY,  # overrides may follow a list option
+        "train_throughput.py",
+        "--presets",
+        "tiny",
+        "--streams",
+        "2",
+        "--steps",
+        "1",
+        "--repeats",
+        "2",
+        "--json",
+        str(out),
+        "--paths",
+        *paths,
+        *TINY,  # overrides may follow a list option
     )
     assert "preset  streams" in stdout and "tokens/s" in stdout and "model/floor" in stdout
     assert "targets not judged" in stdout  # overrides change the presets
@@ -67,9 +79,26 @@ def test_train_throughput_runs_and_writes_json(tmp_path, paths):
 def test_inference_throughput_runs_and_writes_json(tmp_path):
     out = tmp_path / "inference.json"
     stdout = run_script(
-        "inference_throughput.py", "--preset", "tiny", "--eval-streams", "2", "--gen-streams", "1", "2",
-        "--gen-bytes", "3", "--steps", "1", "--repeats", "2", "--json", str(out),
-        "--paths", "fast-nocompile", "eager", *TINY,
+        "inference_throughput.py",
+        "--preset",
+        "tiny",
+        "--eval-streams",
+        "2",
+        "--gen-streams",
+        "1",
+        "2",
+        "--gen-bytes",
+        "3",
+        "--steps",
+        "1",
+        "--repeats",
+        "2",
+        "--json",
+        str(out),
+        "--paths",
+        "fast-nocompile",
+        "eager",
+        *TINY,
     )
     assert stdout.count("\nstreams  ") == 2 and "tokens/s" in stdout and "bytes/s/stream" in stdout  # both tables
     result = json.loads(out.read_text())
@@ -97,7 +126,14 @@ def test_out_of_memory_is_recorded_and_the_run_goes_on(benchmark_modules):
 def test_targets_are_judged_only_for_rows_that_exist(benchmark_modules):
     _, train, inference = benchmark_modules
     rows = [
-        {"preset": "enwik8-paper", "streams": 16, "path": "fast", "tokens_per_s": 200_000.0, "floor_ratio": 1.6, "speedup_vs_eager": 5.0},
+        {
+            "preset": "enwik8-paper",
+            "streams": 16,
+            "path": "fast",
+            "tokens_per_s": 200_000.0,
+            "floor_ratio": 1.6,
+            "speedup_vs_eager": 5.0,
+        },
         {"preset": "enwik8-paper", "streams": 16, "path": "eager", "tokens_per_s": 40_000.0, "floor_ratio": 8.0},
         {"preset": "enwik8-paper", "streams": 64, "path": "fast", "status": "OOM"},
     ]

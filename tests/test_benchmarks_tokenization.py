@@ -20,23 +20,34 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tokenization as tk  # benchmarks/tokenization.py, through pyproject's pythonpath
 from helpers import SUBPROCESS_ENV, WIKITEXT2
 from sharnn.analysis import byte_report, piece_table
 from sharnn.config import load_config, to_yaml
-import tokenization as tk  # benchmarks/tokenization.py, through pyproject's pythonpath
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "tokenization.py"
 
-TINY = ["model.d_model=32", "model.boom_dim=64", "model.attention_span=48", "bptt=16", "train_streams=4",
-        "valid_streams=4", "test_streams=2", "log_every_steps=2", "warmup_steps=5", "checkpoint_every_steps=1000"]
+TINY = [
+    "model.d_model=32",
+    "model.boom_dim=64",
+    "model.attention_span=48",
+    "bptt=16",
+    "train_streams=4",
+    "valid_streams=4",
+    "test_streams=2",
+    "log_every_steps=2",
+    "warmup_steps=5",
+    "checkpoint_every_steps=1000",
+]
 VOCAB = {"bytes": 256, "bpe:1000": 1000, "words": 33278}
 BYTES_PER_TOKEN = {"bytes": 1.0, "bpe:1000": 2.5, "words": 5.0}
 
 
 def run(command: list, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=timeout, cwd=ROOT
+    )
 
 
 # ----------------------------------------------------------------------------- made-up corpora and runs
@@ -47,9 +58,16 @@ def make_meta(data: Path, tokenizer: str) -> dict:
     folder = tk.corpus_folder(data, tokenizer)
     folder.mkdir(parents=True)
     per = BYTES_PER_TOKEN[tokenizer]
-    meta = {"name": "wikitext-2", "tokenizer": tokenizer, "vocab_size": VOCAB[tokenizer], "types": 33278,
-            "train_tokens": int(1_000_000 / per), "train_bytes": 1_000_000, "test_tokens": int(100_000 / per),
-            "test_bytes": 100_000}
+    meta = {
+        "name": "wikitext-2",
+        "tokenizer": tokenizer,
+        "vocab_size": VOCAB[tokenizer],
+        "types": 33278,
+        "train_tokens": int(1_000_000 / per),
+        "train_bytes": 1_000_000,
+        "test_tokens": int(100_000 / per),
+        "test_bytes": 100_000,
+    }
     (folder / "meta.json").write_text(json.dumps(meta))
     return meta
 
@@ -81,14 +99,32 @@ def make_run(run_dir: Path, tokenizer: str, seed: int, config, test_bpc: float, 
     per = BYTES_PER_TOKEN[tokenizer]
     records = [{"split": "run", "step": 0, "command": "sharnn train ...", "processes": 1}]
     for step, rate in ((10, 1000.0 + seed), (20, 3000.0), (30, 2000.0)):
-        records.append({"split": "train", "step": step, "epoch": 0.01, "seconds": step / 10, "bpc": 8 - step / 10,
-                        "tokens_per_s": rate * per})
+        records.append(
+            {
+                "split": "train",
+                "step": step,
+                "epoch": 0.01,
+                "seconds": step / 10,
+                "bpc": 8 - step / 10,
+                "tokens_per_s": rate * per,
+            }
+        )
     records.append({"split": "valid", "step": 30, "seconds": 3.0, "bpc": test_bpc + 0.1, "nats": 1.0})
     records.append({"split": "test", "step": 30, "bpc": test_bpc, "nats": test_bpc * per * math.log(2)})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = {"run_dir": str(run_dir), "valid_bpc": test_bpc + 0.1, "test_bpc": test_bpc, "test_perplexity": 9.0,
-               "test_word_perplexity": 2 ** (test_bpc * 5.6), "tokenizer": tokenizer, "best_step": 30, "steps": 30,
-               "epochs": 0.25, "train_seconds": 3.1, "parameters": 1000 + VOCAB[tokenizer]}
+    summary = {
+        "run_dir": str(run_dir),
+        "valid_bpc": test_bpc + 0.1,
+        "test_bpc": test_bpc,
+        "test_perplexity": 9.0,
+        "test_word_perplexity": 2 ** (test_bpc * 5.6),
+        "tokenizer": tokenizer,
+        "best_step": 30,
+        "steps": 30,
+        "epochs": 0.25,
+        "train_seconds": 3.1,
+        "parameters": 1000 + VOCAB[tokenizer],
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary))
     if analysis_tokens is not None:
         (run_dir / "analysis").mkdir()
@@ -121,16 +157,32 @@ def test_names_presets_and_overrides():
     assert tk.parse_seeds("1, 2,3") == [1, 2, 3]
     with pytest.raises(ValueError):
         tk.parse_seeds("1,1")
-    assert [tk.short_name(t) for t in ("bytes", "words", "bpe:1000", "bpe:8000", "bpe:1500")] == \
-        ["bytes", "words", "bpe1k", "bpe8k", "bpe1500"]
+    assert [tk.short_name(t) for t in ("bytes", "words", "bpe:1000", "bpe:8000", "bpe:1500")] == [
+        "bytes",
+        "words",
+        "bpe1k",
+        "bpe8k",
+        "bpe1500",
+    ]
     assert tk.corpus_folder(Path("data"), "bpe:8000") == Path("data/wikitext-2-bpe8k")
     assert tk.run_folder(Path("runs"), "bpe:1000", 2) == Path("runs/bpe1k-seed2")
-    assert [tk.preset_for(t) for t in ("bytes", "bpe:1000", "bpe:8000", "words")] == \
-        ["wikitext2-bytes-tiny", "wikitext2-bpe8k-tiny", "wikitext2-bpe8k-tiny", "wikitext2-words-tiny"]
+    assert [tk.preset_for(t) for t in ("bytes", "bpe:1000", "bpe:8000", "words")] == [
+        "wikitext2-bytes-tiny",
+        "wikitext2-bpe8k-tiny",
+        "wikitext2-bpe8k-tiny",
+        "wikitext2-words-tiny",
+    ]
     # the experiment's own settings come last, after the user's
     overrides = tk.train_overrides("bpe:1000", 3, 480, Path("d/wt"), {"vocab_size": 1000}, ["lr=0.001"])
-    assert overrides == ["max_steps=0", "epochs=1000", "lr=0.001", "max_seconds=480", "seed=3", "data=d/wt",
-                         "model.vocab_size=1000"]
+    assert overrides == [
+        "max_steps=0",
+        "epochs=1000",
+        "lr=0.001",
+        "max_seconds=480",
+        "seed=3",
+        "data=d/wt",
+        "model.vocab_size=1000",
+    ]
     config = load_config("wikitext2-bpe8k-tiny", overrides)
     assert (config.model.vocab_size, config.max_seconds, config.seed, config.max_steps) == (1000, 480, 3, 0)
     assert "model.vocab_size=256" not in tk.train_overrides("bytes", 1, 60, Path("d"), {"vocab_size": 256}, [])
@@ -188,11 +240,19 @@ def test_an_analysis_is_reused_only_when_fresh_and_of_the_same_length(tmp_path):
 
 
 def test_seeds_give_mean_min_and_max_per_tokenizer_and_markdown():
-    rows = [{"tokenizer": t, "seed": s, "vocabulary": VOCAB[t], **{k: None for k in tk.NUMBERS}}
-            for t in ("bytes", "words") for s in (1, 2, 3)]
+    rows = [
+        {"tokenizer": t, "seed": s, "vocabulary": VOCAB[t], **{k: None for k in tk.NUMBERS}}
+        for t in ("bytes", "words")
+        for s in (1, 2, 3)
+    ]
     for i, row in enumerate(rows):
-        row |= {"test_bpc": 1.0 + i / 10, "valid_bpc": 2.0, "steps": 100 * (i + 1), "text_bytes": 1e6 * (i + 1),
-                "first_share": 0.5 if row["tokenizer"] == "bytes" else None}
+        row |= {
+            "test_bpc": 1.0 + i / 10,
+            "valid_bpc": 2.0,
+            "steps": 100 * (i + 1),
+            "text_bytes": 1e6 * (i + 1),
+            "first_share": 0.5 if row["tokenizer"] == "bytes" else None,
+        }
     rows.append({"tokenizer": "bpe:1000", "seed": 1, "error": "exit status 1"})  # failed runs are left out
     groups = tk.aggregate(rows)
     assert [g["tokenizer"] for g in groups] == ["bytes", "words"]
@@ -226,9 +286,29 @@ def test_seeds_give_mean_min_and_max_per_tokenizer_and_markdown():
 def test_script_reuses_finished_runs_and_reports_them(tmp_path):
     data, runs = made_up_experiment(tmp_path, 30, [1, 2], analyze_tokens=500)
     result_file, png = tmp_path / "result.json", tmp_path / "result.png"
-    done = run([sys.executable, SCRIPT, "--data", data, "--runs", runs, "--tokenizers", "bytes,bpe:1000,words",
-                "--seeds", "1,2", "--seconds", "30", "--analyze-tokens", "500", "--json", result_file, "--plot", png,
-                *TINY])
+    done = run(
+        [
+            sys.executable,
+            SCRIPT,
+            "--data",
+            data,
+            "--runs",
+            runs,
+            "--tokenizers",
+            "bytes,bpe:1000,words",
+            "--seeds",
+            "1,2",
+            "--seconds",
+            "30",
+            "--analyze-tokens",
+            "500",
+            "--json",
+            result_file,
+            "--plot",
+            png,
+            *TINY,
+        ]
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "$ " not in out and "reusing the finished run" in out and "reusing the analysis" in out
@@ -240,8 +320,14 @@ def test_script_reuses_finished_runs_and_reports_them(tmp_path):
     assert result["commands"] == [] and result["seconds"] == 30 and result["seeds"] == [1, 2]
     assert result["environment"]["cpu_count"] == os.cpu_count() and result["environment"]["torch"]
     assert result["environment"]["date"]
-    assert [(r["tokenizer"], r["seed"]) for r in result["runs"]] == \
-        [("bytes", 1), ("bytes", 2), ("bpe:1000", 1), ("bpe:1000", 2), ("words", 1), ("words", 2)]
+    assert [(r["tokenizer"], r["seed"]) for r in result["runs"]] == [
+        ("bytes", 1),
+        ("bytes", 2),
+        ("bpe:1000", 1),
+        ("bpe:1000", 2),
+        ("words", 1),
+        ("words", 2),
+    ]
     for r in result["runs"]:
         assert r["test_bpc"] == pytest.approx(1.5 + r["seed"] / 10) and r["analysis"]["tokens"] == 500
         assert r["preset"] == tk.preset_for(r["tokenizer"]) and f"seed={r['seed']}" in r["overrides"]
@@ -255,8 +341,23 @@ def test_script_reuses_finished_runs_and_reports_them(tmp_path):
 def test_script_refuses_runs_of_another_configuration(tmp_path):
     data, runs = made_up_experiment(tmp_path, 30, [1], analyze_tokens=500)
     result_file = tmp_path / "result.json"
-    done = run([sys.executable, SCRIPT, "--data", data, "--runs", runs, "--tokenizers", "bytes", "--seconds", "60",
-                "--json", result_file, *TINY])
+    done = run(
+        [
+            sys.executable,
+            SCRIPT,
+            "--data",
+            data,
+            "--runs",
+            runs,
+            "--tokenizers",
+            "bytes",
+            "--seconds",
+            "60",
+            "--json",
+            result_file,
+            *TINY,
+        ]
+    )
     assert done.returncode == 2 and "another configuration" in done.stderr and "max_seconds" in done.stderr
     assert "Traceback" not in done.stderr and not result_file.exists()
 
@@ -269,14 +370,23 @@ def small_bytes_corpus(data: Path) -> Path:
     laid out as `sharnn prepare wikitext-2 --tokenizer bytes` lays it out."""
     folder = tk.corpus_folder(data, "bytes")
     folder.mkdir(parents=True)
-    meta = {"source": str(WIKITEXT2), "name": "wikitext-2", "types": 33278, "tokenizer": "bytes", "vocab_size": 256,
-            "dtype": "uint8"}
+    meta = {
+        "source": str(WIKITEXT2),
+        "name": "wikitext-2",
+        "types": 33278,
+        "tokenizer": "bytes",
+        "vocab_size": 256,
+        "dtype": "uint8",
+    }
     for split, size in (("train", 12_000), ("valid", 3_000), ("test", 3_000)):
         text = gzip.decompress((WIKITEXT2 / f"{split}.txt.gz").read_bytes())[:size]
         text = text[: text.rindex(b"\n") + 1]
         (folder / f"{split}.bin").write_bytes(text)
-        meta |= {f"{split}_words": len(text.split()) + text.count(b"\n"), f"{split}_tokens": len(text),
-                 f"{split}_bytes": len(text)}
+        meta |= {
+            f"{split}_words": len(text.split()) + text.count(b"\n"),
+            f"{split}_tokens": len(text),
+            f"{split}_bytes": len(text),
+        }
     (folder / "meta.json").write_text(json.dumps(meta))
     return folder
 
@@ -285,8 +395,23 @@ def small_bytes_corpus(data: Path) -> Path:
 def test_a_tiny_byte_run_end_to_end_then_reused(tmp_path):
     data, runs, result_file = tmp_path / "data", tmp_path / "runs", tmp_path / "result.json"
     small_bytes_corpus(data)
-    command = [sys.executable, SCRIPT, "--data", data, "--runs", runs, "--tokenizers", "bytes", "--seconds", "2",
-               "--analyze-tokens", "1000", "--json", result_file, *TINY]
+    command = [
+        sys.executable,
+        SCRIPT,
+        "--data",
+        data,
+        "--runs",
+        runs,
+        "--tokenizers",
+        "bytes",
+        "--seconds",
+        "2",
+        "--analyze-tokens",
+        "1000",
+        "--json",
+        result_file,
+        *TINY,
+    ]
     done = run(command)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reusing the prepared corpus" in done.stdout
@@ -347,7 +472,7 @@ def test_the_plan_prepares_trains_resumes_analyzes_and_goes_on_after_a_failure(t
                 (run_dir / "config.yaml").unlink()
                 run_dir.rmdir()
             else:
-                config = load_config(args[2], args[args.index("--quiet") + 1:])
+                config = load_config(args[2], args[args.index("--quiet") + 1 :])
             make_run(run_dir, tokenizer, 1, config, 1.5, None)
         else:
             run_dir = Path(args[2])
@@ -357,14 +482,32 @@ def test_the_plan_prepares_trains_resumes_analyzes_and_goes_on_after_a_failure(t
             (run_dir / "analysis" / tk.ANALYSIS_FILE).write_text(json.dumps(report))
 
     monkeypatch.setattr(tk, "run_command", stand_in)
-    argv = ["--data", str(data), "--runs", str(runs), "--tokenizers", "bytes,bpe:1000,words", "--seconds", "30",
-            "--analyze-tokens", "300", "--json", str(tmp_path / "r.json"), *TINY]
+    argv = [
+        "--data",
+        str(data),
+        "--runs",
+        str(runs),
+        "--tokenizers",
+        "bytes,bpe:1000,words",
+        "--seconds",
+        "30",
+        "--analyze-tokens",
+        "300",
+        "--json",
+        str(tmp_path / "r.json"),
+        *TINY,
+    ]
     fail["bpe:1000"] = 1
     assert tk.main(argv) == 1  # a failed step: the others still run
-    assert commands == [["train", "--resume", str(unfinished)], ["analyze", "tokenization", str(unfinished)],
-                        ["prepare", "wikitext-2", "--tokenizer"], ["train", "--preset", "wikitext2-bpe8k-tiny"],
-                        ["prepare", "wikitext-2", "--tokenizer"], ["train", "--preset", "wikitext2-words-tiny"],
-                        ["analyze", "tokenization", str(tk.run_folder(runs, "words", 1))]]
+    assert commands == [
+        ["train", "--resume", str(unfinished)],
+        ["analyze", "tokenization", str(unfinished)],
+        ["prepare", "wikitext-2", "--tokenizer"],
+        ["train", "--preset", "wikitext2-bpe8k-tiny"],
+        ["prepare", "wikitext-2", "--tokenizer"],
+        ["train", "--preset", "wikitext2-words-tiny"],
+        ["analyze", "tokenization", str(tk.run_folder(runs, "words", 1))],
+    ]
     result = json.loads((tmp_path / "r.json").read_text())
     assert [("error" in r) for r in result["runs"]] == [False, True, False]
     assert [g["tokenizer"] for g in result["tokenizers"]] == ["bytes", "words"]
@@ -379,5 +522,7 @@ def test_the_plan_prepares_trains_resumes_analyzes_and_goes_on_after_a_failure(t
     commands.clear()
     del fail["bpe:1000"]
     assert tk.main(argv) == 0
-    assert commands == [["train", "--preset", "wikitext2-bpe8k-tiny"],
-                        ["analyze", "tokenization", str(tk.run_folder(runs, "bpe:1000", 1))]]
+    assert commands == [
+        ["train", "--preset", "wikitext2-bpe8k-tiny"],
+        ["analyze", "tokenization", str(tk.run_folder(runs, "bpe:1000", 1))],
+    ]

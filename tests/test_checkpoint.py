@@ -16,14 +16,13 @@ import pytest
 import torch
 
 from helpers import SMALL, assert_ok, checkpoint_step, cli, sharnn_process, write_small_corpus
-
-from sharnn import checkpoint as checkpoint_module  # noqa: E402
-from sharnn.checkpoint import RunCheckpoints, read_checkpoint, read_info, write_checkpoint  # noqa: E402
-from sharnn.config import load_config  # noqa: E402
-from sharnn.errors import CheckpointError, RunError  # noqa: E402
-from sharnn.runtime import Runtime  # noqa: E402
-from sharnn.recipe import TrainingState, train_step  # noqa: E402
-from sharnn.train import train  # noqa: E402
+from sharnn import checkpoint as checkpoint_module
+from sharnn.checkpoint import RunCheckpoints, read_checkpoint, read_info, write_checkpoint
+from sharnn.config import load_config
+from sharnn.errors import CheckpointError, RunError
+from sharnn.recipe import TrainingState, train_step
+from sharnn.runtime import Runtime
+from sharnn.train import train
 
 CONFIG = load_config("tiny", SMALL + ["model.dropouth=0.1"])
 
@@ -45,7 +44,10 @@ def test_a_training_state_round_trips_through_a_checkpoint(tmp_path, trained_sta
     saved = trained_state.state_dict()
     write_checkpoint(tmp_path / "ckpt", CONFIG, saved)
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
-        "config.yaml", "model.safetensors", "state.safetensors", "trainer.pt"
+        "config.yaml",
+        "model.safetensors",
+        "state.safetensors",
+        "trainer.pt",
     ]
     back = read_checkpoint(tmp_path / "ckpt", CONFIG.model.n_layers)
     assert back["model"].keys() == saved["model"].keys()
@@ -139,7 +141,9 @@ def test_crash_between_the_latest_and_best_links_resumes_consistently(tmp_path, 
 # A checkpoint that cannot be written
 
 
-def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_links_and_no_staging(tmp_path, trained_state, monkeypatch):
+def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_links_and_no_staging(
+    tmp_path, trained_state, monkeypatch
+):
     """The disk fills while trainer.pt is written: one-line CheckpointError; the staging
     folder is gone, the step folder was never created, ``latest`` and ``best`` still
     point at the previous checkpoint, which still loads."""
@@ -167,7 +171,9 @@ def test_a_write_that_fails_midway_leaves_the_previous_checkpoint_links_and_no_s
 def test_free_space_is_checked_before_anything_is_written(tmp_path, trained_state, monkeypatch):
     real = shutil.disk_usage
     monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", lambda path: real(path)._replace(free=1 << 20))
-    with pytest.raises(CheckpointError, match=r"not enough free space .* \(1 MB free\); a run needs room for two checkpoints"):
+    with pytest.raises(
+        CheckpointError, match=r"not enough free space .* \(1 MB free\); a run needs room for two checkpoints"
+    ):
         write_checkpoint(tmp_path / "ckpt", CONFIG, trained_state.state_dict())
     assert list(tmp_path.iterdir()) == []
 
@@ -178,16 +184,22 @@ def test_a_file_size_limit_during_training_is_one_line_and_leaves_no_staging(tmp
     (the Adam-style moments, ~270 KB here) fails at the first save with EFBIG."""
     corpus = write_small_corpus(tmp_path / "small.txt")
     limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))  # noqa: E731
-    process = sharnn_process("train", "--preset", "tiny", "--out", tmp_path / "run", "--quiet", *SMALL, f"data={corpus}",
-                             preexec_fn=limit)
+    process = sharnn_process(
+        "train", "--preset", "tiny", "--out", tmp_path / "run", "--quiet", *SMALL, f"data={corpus}", preexec_fn=limit
+    )
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 1, stderr
-    assert stderr.strip() == f"error: cannot write the checkpoint {tmp_path / 'run' / 'checkpoints' / 'step-00000004'}: File too large"
+    assert (
+        stderr.strip()
+        == f"error: cannot write the checkpoint {tmp_path / 'run' / 'checkpoints' / 'step-00000004'}: File too large"
+    )
     assert list((tmp_path / "run" / "checkpoints").iterdir()) == []
 
 
 def test_checkpoint_files_share_the_usual_mode_and_carry_their_info(tmp_path, trained_state):
-    folder = write_checkpoint(tmp_path / "ckpt", CONFIG, trained_state.state_dict(), info={"step": "2", "valid_bpc": "5.5"})
+    folder = write_checkpoint(
+        tmp_path / "ckpt", CONFIG, trained_state.state_dict(), info={"step": "2", "valid_bpc": "5.5"}
+    )
     umask = os.umask(0)
     os.umask(umask)
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {

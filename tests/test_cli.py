@@ -32,19 +32,18 @@ from helpers import (
     checkpoint_step,
     cli,
     metrics,
-    sharnn_process,
     shared_run,
     shared_run_output,
+    sharnn_process,
     write_small_corpus,
 )
-
-from sharnn.checkpoint import load_model  # noqa: E402
-from sharnn.config import load_config, preset_names  # noqa: E402
+from sharnn.checkpoint import load_model
+from sharnn.config import load_config, preset_names
 from sharnn.data import load_corpus, read_bytes
-from sharnn.tokenizer import ByteTokenizer  # noqa: E402
-from sharnn.evaluate import evaluate  # noqa: E402
-from sharnn.generate import generate  # noqa: E402
-from sharnn.progress import ProgressDisplay  # noqa: E402
+from sharnn.evaluate import evaluate
+from sharnn.generate import generate
+from sharnn.progress import ProgressDisplay
+from sharnn.tokenizer import ByteTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +134,9 @@ def test_train_writes_summary_and_prints_test_bpc(run_dir):
 
 def test_train_from_a_config_file_with_overrides(tmp_path, run_dir, corpus_file):
     out = tmp_path / "from-config"
-    result = cli("train", "--quiet", "--config", run_dir / "config.yaml", "--out", out, "max_steps=2", "log_every_steps=1")
+    result = cli(
+        "train", "--quiet", "--config", run_dir / "config.yaml", "--out", out, "max_steps=2", "log_every_steps=1"
+    )
     assert_ok(result)
     assert load_config(out / "config.yaml") == load_config(
         "tiny", SMALL + [f"data={corpus_file}", "max_steps=2", "log_every_steps=1"]
@@ -213,11 +214,15 @@ def test_eval_of_a_blown_up_checkpoint_prints_inf_perplexity(checkpoint_copy):
 
 def test_evaluation_progress_without_a_terminal_is_plain_lines_to_100_percent(run_dir, capsys):
     model, config = load_model(run_dir)
-    evaluate(model, read_bytes(run_dir.parent / "small.txt")[:4000], 2, 16, progress=ProgressDisplay("eval", every_seconds=0))
+    evaluate(
+        model, read_bytes(run_dir.parent / "small.txt")[:4000], 2, 16, progress=ProgressDisplay("eval", every_seconds=0)
+    )
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 125 and all(line.startswith("eval ") for line in lines)  # 1999 predicted rows / 16
     assert lines[-1].startswith("eval 100% |")
-    assert all(re.fullmatch(r"eval +\d+% \| tok_s [\d,]+ \| elapsed \d\d:\d\d, left \d\d:\d\d", line) for line in lines), lines[:3]
+    assert all(
+        re.fullmatch(r"eval +\d+% \| tok_s [\d,]+ \| elapsed \d\d:\d\d, left \d\d:\d\d", line) for line in lines
+    ), lines[:3]
 
 
 # --------------------------------------------------------------------------------------
@@ -434,13 +439,17 @@ def test_train_refuses_an_existing_run_folder_and_leaves_it_untouched(tmp_path, 
 def test_a_run_folder_that_cannot_be_created_is_one_line(tmp_path, corpus_file, where):
     (tmp_path / "a-file").write_text("not a folder")
     out = tmp_path / where if not where.startswith("/") else Path(where)
-    line = assert_user_error(cli("train", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}"),
-                             f"cannot create the run folder {out}")
+    line = assert_user_error(
+        cli("train", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}"),
+        f"cannot create the run folder {out}",
+    )
     assert not out.exists() and (tmp_path / "a-file").read_text() == "not a folder"
 
 
 def test_the_sample_is_set_apart_from_its_prompt(tmp_path, corpus_file):
-    result = cli("train", "--preset", "tiny", "--out", tmp_path / "run", *SMALL, f"data={corpus_file}", "sample_bytes=40")
+    result = cli(
+        "train", "--preset", "tiny", "--out", tmp_path / "run", *SMALL, f"data={corpus_file}", "sample_bytes=40"
+    )
     assert_ok(result)
     assert "--- prompt: the first 256 bytes of the test split ---" in result.stderr
     assert "--- sample: 40 bytes generated at temperature 0.8 ---" in result.stderr
@@ -496,17 +505,29 @@ def test_eval_and_generate_nonexistent_checkpoint(tmp_path):
 
 def test_eval_and_generate_refuse_settings_out_of_range_with_one_line(run_dir):
     assert_user_error(cli("eval", run_dir, "--bptt", "49"), "--bptt", "attention_span (48)")
-    for option, value in [("--temperature", "nan"), ("--temperature", "inf"), ("--temperature", "-1"),
-                          ("--top-p", "0"), ("--top-p", "1.5"), ("--top-p", "nan")]:
+    for option, value in [
+        ("--temperature", "nan"),
+        ("--temperature", "inf"),
+        ("--temperature", "-1"),
+        ("--top-p", "0"),
+        ("--top-p", "1.5"),
+        ("--top-p", "nan"),
+    ]:
         assert_user_error(cli("generate", run_dir, "--prompt", "x", option, value), "temperature")
     assert_user_error(cli("eval", run_dir, "--device", "tpu"), "tpu")
 
 
 @pytest.mark.parametrize(
     "args, fragment",
-    [(["generate", "RUN", "--top-k", "-1"], "--top-k"), (["eval", "RUN", "--streams", "0"], "--streams"),
-     (["eval", "RUN", "--split", "train"], "--split"), (["eval"], "CHECKPOINT"), (["bogus"], "bogus"),
-     (["train", "--bogus"], "--bogus"), (["--bogus"], "--bogus")],
+    [
+        (["generate", "RUN", "--top-k", "-1"], "--top-k"),
+        (["eval", "RUN", "--streams", "0"], "--streams"),
+        (["eval", "RUN", "--split", "train"], "--split"),
+        (["eval"], "CHECKPOINT"),
+        (["bogus"], "bogus"),
+        (["train", "--bogus"], "--bogus"),
+        (["--bogus"], "--bogus"),
+    ],
 )
 def test_usage_errors_are_one_line_with_status_2(run_dir, args, fragment):
     result = cli(*[run_dir if a == "RUN" else a for a in args])
@@ -582,7 +603,9 @@ def test_help_version_and_usage_errors_do_not_import_torch():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[0, 0, 0, 2] 0.2.0"
-    assert done.stderr.splitlines() == ["error: No such option '--bogus'. Did you mean '--out'? (see `sharnn train --help`)"]
+    assert done.stderr.splitlines() == [
+        "error: No such option '--bogus'. Did you mean '--out'? (see `sharnn train --help`)"
+    ]
 
 
 @pytest.mark.slow
@@ -608,8 +631,9 @@ def test_public_names_load_on_first_use_and_evaluate_is_the_function():
 
 
 def test_version_in_a_real_process():
-    done = subprocess.run([sys.executable, "-m", "sharnn", "--version"], capture_output=True, text=True,
-                          env=SUBPROCESS_ENV, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "sharnn", "--version"], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("version 0.2.0")
 
@@ -620,8 +644,13 @@ def test_ctrl_c_while_a_command_loads_is_one_line(delay):
     """SIGINT at any moment of `sharnn info` (while torch imports, or while it runs): one
     line, `interrupted`, and status 130; or, when the command had finished, nothing more
     (0, or death by SIGINT while the interpreter exits, which a shell reports as 130)."""
-    process = subprocess.Popen([sys.executable, "-m", "sharnn", "info"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sharnn", "info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=SUBPROCESS_ENV,
+    )
     time.sleep(delay)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)

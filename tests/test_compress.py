@@ -16,13 +16,20 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_ok, assert_user_error, cli, shared_run
 from safetensors.torch import load_file, save_file
 
 import sharnn.compress as compression
+from helpers import assert_ok, assert_user_error, cli, shared_run
 from sharnn.checkpoint import load_model
 from sharnn.compress import (
-    START_BYTE, compress, decompress, model_sha256, online_config, online_model, read_header, stream_lengths,
+    START_BYTE,
+    compress,
+    decompress,
+    model_sha256,
+    online_config,
+    online_model,
+    read_header,
+    stream_lengths,
 )
 from sharnn.errors import CheckpointError, ConfigError, DataError
 
@@ -205,7 +212,9 @@ def test_cli_standard_input_and_output(run_dir):
     packed = runner.invoke(main, ["compress", "-", "-", "--model", str(run_dir), "--quiet"], input=TEXT)
     assert packed.exit_code == 0, packed.stderr
     assert "bits per byte" in packed.stderr  # the closing line keeps out of the data
-    unpacked = runner.invoke(main, ["decompress", "-", "-", "--model", str(run_dir), "--quiet"], input=packed.stdout_bytes)
+    unpacked = runner.invoke(
+        main, ["decompress", "-", "-", "--model", str(run_dir), "--quiet"], input=packed.stdout_bytes
+    )
     assert unpacked.exit_code == 0, unpacked.stderr
     assert unpacked.stdout_bytes == TEXT
 
@@ -280,11 +289,16 @@ def _as_if_coded_on_cuda(blob: bytes) -> bytes:
 def test_a_file_coded_on_cuda_is_refused_without_cuda(tmp_path, run_dir, model):
     blob = _as_if_coded_on_cuda(coded(TEXT, model))
     with pytest.raises(ConfigError, match="compressed on CUDA"):
-        decompress(_as_if_coded_on_cuda(coded(TEXT, online_model(online_config(TINY_ONLINE)),
-                                              online=online_config(TINY_ONLINE))))
+        decompress(
+            _as_if_coded_on_cuda(
+                coded(TEXT, online_model(online_config(TINY_ONLINE)), online=online_config(TINY_ONLINE))
+            )
+        )
     (tmp_path / "cuda.shz").write_bytes(blob)
-    assert_user_error(cli("decompress", tmp_path / "cuda.shz", tmp_path / "out", "--model", run_dir),
-                      "compressed on CUDA (NVIDIA H200)")
+    assert_user_error(
+        cli("decompress", tmp_path / "cuda.shz", tmp_path / "out", "--model", run_dir),
+        "compressed on CUDA (NVIDIA H200)",
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -355,8 +369,10 @@ def test_cli_stores_incompressible_input_raw_and_says_why(tmp_path, run_dir):
 def test_cli_refuses_an_online_model_too_large_before_building_it(tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(TEXT)
-    assert_user_error(cli("compress", source, tmp_path / "out", "--online", "model.d_model=8192",
-                          "model.boom_dim=32768"), "at most 100,000,000")
+    assert_user_error(
+        cli("compress", source, tmp_path / "out", "--online", "model.d_model=8192", "model.boom_dim=32768"),
+        "at most 100,000,000",
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -372,6 +388,7 @@ def online_blob() -> bytes:
 
 def _fields(**changes) -> Callable[[dict], dict]:
     """A change of the header's fields: ``key=value`` sets a key, ``key=_DROP`` removes it."""
+
     def change(fields: dict) -> dict:
         for key, value in changes.items():
             if value is _DROP:
@@ -379,13 +396,24 @@ def _fields(**changes) -> Callable[[dict], dict]:
             else:
                 fields[key] = value
         return fields
+
     return change
 
 
 _DROP = object()
-_HUGE_MODEL = {"vocab_size": 256, "d_model": 8192, "n_layers": 2, "boom_dim": 32768, "attention": "single",
-               "attention_span": 48, "dropouti": 0.0, "dropouth": 0.0, "dropouto": 0.0, "layer_norm_eps": 1e-12,
-               "collapsed": False}
+_HUGE_MODEL = {
+    "vocab_size": 256,
+    "d_model": 8192,
+    "n_layers": 2,
+    "boom_dim": 32768,
+    "attention": "single",
+    "attention_span": 48,
+    "dropouti": 0.0,
+    "dropouth": 0.0,
+    "dropouto": 0.0,
+    "layer_norm_eps": 1e-12,
+    "collapsed": False,
+}
 
 # id: (version, change of the fields dict or the header's raw bytes, fragment of the error)
 HOSTILE = {
@@ -407,9 +435,16 @@ HOSTILE = {
     "bad-sha": (2, _fields(model_sha256="abc"), "model_sha256"),
     "bad-storage": (2, _fields(storage="raw"), 'storage is "raw"'),
     "coded-bytes-in-coded": (2, _fields(coded_bytes=5), "coded_bytes is 5 in a coded file"),
-    "stored-wrong-size": (2, _fields(storage="stored", coded_bytes=10**6, streams=0, stream_crc32=[]),
-                          "its payload is the input"),
-    "threads-zero": (2, lambda f: _fields(environment=f["environment"] | {"threads": 0})(f), "environment.threads is 0"),
+    "stored-wrong-size": (
+        2,
+        _fields(storage="stored", coded_bytes=10**6, streams=0, stream_crc32=[]),
+        "its payload is the input",
+    ),
+    "threads-zero": (
+        2,
+        lambda f: _fields(environment=f["environment"] | {"threads": 0})(f),
+        "environment.threads is 0",
+    ),
     "environment-keys": (2, lambda f: _fields(environment={"device": "cpu"})(f), "environment has keys device"),
     "online-missing": (2, _fields(online=None), "mode is online but its online settings are absent"),
     "online-invalid": (2, lambda f: _fields(online=f["online"] | {"lr": "fast"})(f), "online settings are invalid"),

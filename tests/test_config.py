@@ -12,10 +12,9 @@ import pytest
 import yaml
 
 from helpers import SMALL, assert_user_error, cli, write_small_corpus
-
-from sharnn.config import TrainConfig, load_config, preset_names, to_yaml  # noqa: E402
-from sharnn.errors import CheckpointError, ConfigError  # noqa: E402
-from sharnn.model import SHARNNConfig  # noqa: E402
+from sharnn.config import TrainConfig, load_config, preset_names, to_yaml
+from sharnn.errors import CheckpointError, ConfigError
+from sharnn.model import SHARNNConfig
 
 
 def _preset_mapping(name: str) -> dict:
@@ -36,7 +35,11 @@ def test_the_paper_preset_is_the_defaults():
     assert load_config("enwik8-paper") == TrainConfig() == load_config()
     paper = load_config("enwik8-paper")
     assert (paper.model.d_model, paper.model.boom_dim, paper.model.attention_span, paper.train_streams, paper.bptt) == (
-        1024, 4096, 5000, 16, 1024
+        1024,
+        4096,
+        5000,
+        16,
+        1024,
     )
 
 
@@ -68,7 +71,12 @@ def test_validate_changes_nothing():
     config.validate()
     assert config == before
     # YAML's spellings of booleans are the loader's business, not validate's
-    assert [load_config("tiny", [f"fast_path={v}"]).fast_path for v in ("on", "true", "off", "no")] == ["on", "on", "off", "off"]
+    assert [load_config("tiny", [f"fast_path={v}"]).fast_path for v in ("on", "true", "off", "no")] == [
+        "on",
+        "on",
+        "off",
+        "off",
+    ]
     spelled = dataclasses.replace(load_config("tiny"), fast_path="true")
     with pytest.raises(ConfigError, match="fast_path must be one of auto, on, off"):
         spelled.validate()
@@ -85,8 +93,12 @@ def test_the_resolved_config_round_trips_through_yaml(tmp_path):
 def test_one_loader_maps_errors_the_same_way_for_files_and_checkpoints(tmp_path):
     from sharnn.checkpoint import read_config
 
-    for text, fragment in [("foo: 1\n", "unknown config key 'foo'"), ("lr: abc\n", "lr"),
-                           ("model: [unbalanced\n", "not valid YAML"), ("- a list\n", "mapping")]:
+    for text, fragment in [
+        ("foo: 1\n", "unknown config key 'foo'"),
+        ("lr: abc\n", "lr"),
+        ("model: [unbalanced\n", "not valid YAML"),
+        ("- a list\n", "mapping"),
+    ]:
         (tmp_path / "config.yaml").write_text(text)
         with pytest.raises(ConfigError, match=fragment) as from_file:
             load_config(tmp_path / "config.yaml")
@@ -114,7 +126,11 @@ def test_invalid_yaml_is_reported_with_its_line_and_column(tmp_path):
         ("betas", "5", "betas must be a list of two numbers (e.g. [0.9, 0.999]), got 5"),
         ("betas", "{a: 1}", "betas must be a list of two numbers (e.g. [0.9, 0.999]), got {'a': 1}"),
         ("betas", "[a, b]", "betas[0] must be a number, got 'a'"),
-        ("lr_halve_epochs", "3", "lr_halve_epochs must be a list of 1-based epoch numbers (e.g. [24], or [] for none), got 3"),
+        (
+            "lr_halve_epochs",
+            "3",
+            "lr_halve_epochs must be a list of 1-based epoch numbers (e.g. [24], or [] for none), got 3",
+        ),
         ("epochs", "abc", "epochs must be an integer, got 'abc'"),
         ("lr", "[1]", "lr must be a number, got [1]"),
         ("model.d_model", "1.5", "model.d_model must be an integer, got 1.5"),
@@ -158,30 +174,49 @@ def corpus_file(tmp_path_factory):
 @pytest.mark.parametrize(
     "override, fragment",
     [
-        ("bptt=49", "attention_span (48)"), ("model.attention=all bptt=49", "attention_span (48)"),
-        ("lr=nan", "lr"), ("lr=inf", "lr"), ("eps=nan", "eps"), ("clip=inf", "clip"),
-        ("max_seconds=inf", "max_seconds"), ("valid_fraction=nan", "valid_fraction"),
-        ("betas=[0.9,nan]", "betas"), ("model.layer_norm_eps=nan", "layer_norm_eps"),
-        ("model.dropouth=nan", "dropouth"), ("seed=-1", "seed"), ("seed=18446744073709551616", "seed"),
-        ("lr_halve_epochs=[0]", "lr_halve_epochs"), ("train_streams=0", "train_streams"),
-        ("model.vocab_size=100", "vocab_size"), ("precision=fp16", "fp16"), ("precision=fp8", "precision"),
-        ("device=tpu", "tpu"), ("device=cuda:7", "cuda"), ("fast_path=always", "fast_path"),
+        ("bptt=49", "attention_span (48)"),
+        ("model.attention=all bptt=49", "attention_span (48)"),
+        ("lr=nan", "lr"),
+        ("lr=inf", "lr"),
+        ("eps=nan", "eps"),
+        ("clip=inf", "clip"),
+        ("max_seconds=inf", "max_seconds"),
+        ("valid_fraction=nan", "valid_fraction"),
+        ("betas=[0.9,nan]", "betas"),
+        ("model.layer_norm_eps=nan", "layer_norm_eps"),
+        ("model.dropouth=nan", "dropouth"),
+        ("seed=-1", "seed"),
+        ("seed=18446744073709551616", "seed"),
+        ("lr_halve_epochs=[0]", "lr_halve_epochs"),
+        ("train_streams=0", "train_streams"),
+        ("model.vocab_size=100", "vocab_size"),
+        ("precision=fp16", "fp16"),
+        ("precision=fp8", "precision"),
+        ("device=tpu", "tpu"),
+        ("device=cuda:7", "cuda"),
+        ("fast_path=always", "fast_path"),
         ("train_streams=100000", "window"),
     ],
 )
 def test_train_refuses_combinations_that_cannot_run_with_one_line(tmp_path, corpus_file, override, fragment):
     out = tmp_path / "run"
-    assert_user_error(cli("train", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}", *override.split()), fragment)
+    assert_user_error(
+        cli("train", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}", *override.split()), fragment
+    )
     assert not out.exists()
 
 
 def test_every_preset_refuses_windows_beyond_its_span_but_noattn(tmp_path):
     for name in ("enwik8-paper", "enwik8-paper-4head", "tiny"):
         span = load_config(name).model.attention_span
-        assert_user_error(cli("train", "--preset", name, "--out", tmp_path / name, f"bptt={span + 1}"), "attention_span")
+        assert_user_error(
+            cli("train", "--preset", name, "--out", tmp_path / name, f"bptt={span + 1}"), "attention_span"
+        )
     # no attention: accepted by the config, refused here only because data/enwik8 is not prepared
-    assert_user_error(cli("train", "--preset", "enwik8-paper-noattn", "--out", tmp_path / "x", "bptt=6000", "data=nowhere"),
-                      "not found")
+    assert_user_error(
+        cli("train", "--preset", "enwik8-paper-noattn", "--out", tmp_path / "x", "bptt=6000", "data=nowhere"),
+        "not found",
+    )
     assert not any(tmp_path.iterdir())
 
 
@@ -189,7 +224,21 @@ def test_a_model_without_attention_trains_on_windows_longer_than_its_span(tmp_pa
     from helpers import assert_ok
 
     out = tmp_path / "run"
-    assert_ok(cli("train", "--quiet", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}",
-                  "model.attention=none", "bptt=64", "max_steps=3", "bptt_jitter=false"))
+    assert_ok(
+        cli(
+            "train",
+            "--quiet",
+            "--preset",
+            "tiny",
+            "--out",
+            out,
+            *SMALL,
+            f"data={corpus_file}",
+            "model.attention=none",
+            "bptt=64",
+            "max_steps=3",
+            "bptt_jitter=false",
+        )
+    )
     assert load_config(out).bptt == 64 > load_config(out).model.attention_span
     assert_ok(cli("eval", out, "--bptt", "100"))

@@ -16,8 +16,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from sharnn.data import batchify, get_batch
 from sharnn.model import SHARNN, SHARNNConfig, causal_mask, sdpa_attention
 from sharnn.optim import MinTrustLAMB
-from sharnn.runtime import Runtime
 from sharnn.recipe import train_step
+from sharnn.runtime import Runtime
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")
@@ -48,8 +48,16 @@ def test_memory_efficient_kernel_runs_the_paper_attention_shape(T, M):
 
 def small_model() -> SHARNN:
     torch.manual_seed(0)
-    config = SHARNNConfig(d_model=256, n_layers=3, boom_dim=1024, attention="all", attention_span=192,
-                          dropouti=0.0, dropouth=0.0, dropouto=0.0)
+    config = SHARNNConfig(
+        d_model=256,
+        n_layers=3,
+        boom_dim=1024,
+        attention="all",
+        attention_span=192,
+        dropouti=0.0,
+        dropouth=0.0,
+        dropouto=0.0,
+    )
     return SHARNN(config).to(CUDA)
 
 

@@ -14,9 +14,9 @@ import torch
 
 from helpers import assert_user_error, cli
 from sharnn.data import batchify, bptt_windows, get_batch, jittered_bptt, load_corpus
+from sharnn.errors import DataError
 from sharnn.prepare import prepare_corpus, prepare_enwik8
 from sharnn.tokenizer import ByteTokenizer
-from sharnn.errors import DataError
 
 ENWIK8_HEAD_BYTES = 4_154_064
 
@@ -230,15 +230,19 @@ def test_missing_corpus_says_what_may_be_given_and_how_to_prepare_enwik8(tmp_pat
     with pytest.raises(DataError) as error:
         load_corpus(str(tmp_path / "notes.txt"))
     message = str(error.value)
-    assert message == (f"corpus not found: {str(tmp_path / 'notes.txt')!r} (give a file, a folder of files, a prepared "
-                       "corpus folder made by 'sharnn prepare', or a bundled name: enwik8-head)")
+    assert message == (
+        f"corpus not found: {str(tmp_path / 'notes.txt')!r} (give a file, a folder of files, a prepared "
+        "corpus folder made by 'sharnn prepare', or a bundled name: enwik8-head)"
+    )
     assert "\n" not in message and "sharnn prepare enwik8" not in message
     enwik8 = str(tmp_path / "data" / "enwik8")
     with pytest.raises(DataError) as error:
         load_corpus(enwik8)
-    assert str(error.value) == (f"corpus not found: {enwik8!r} (give a file, a folder of files, a prepared corpus "
-                                "folder made by 'sharnn prepare', or a bundled name: enwik8-head; "
-                                f"for enwik8 run: sharnn prepare enwik8 --out {enwik8})")
+    assert str(error.value) == (
+        f"corpus not found: {enwik8!r} (give a file, a folder of files, a prepared corpus "
+        "folder made by 'sharnn prepare', or a bundled name: enwik8-head; "
+        f"for enwik8 run: sharnn prepare enwik8 --out {enwik8})"
+    )
 
 
 def test_empty_corpus_raises_data_error(tmp_path):
@@ -278,12 +282,24 @@ def test_prepared_corpus_round_trips_and_is_memory_mapped(tmp_path):
 @pytest.mark.parametrize(
     "size, fractions, message",
     [
-        (3, (0.05, 0.05), "valid would get 0, test would get 0 (each split needs at least 2 bytes); "
-                          "use a larger source or larger --valid-fraction/--test-fraction"),
-        (39, (0.05, 0.05), "valid would get 1, test would get 1 (each split needs at least 2 bytes); "
-                           "use a larger source or larger --valid-fraction/--test-fraction"),
-        (5, (0.45, 0.45), "train would get 1 (each split needs at least 2 bytes); "
-                          "use a larger source or smaller --valid-fraction/--test-fraction"),
+        (
+            3,
+            (0.05, 0.05),
+            "valid would get 0, test would get 0 (each split needs at least 2 bytes); "
+            "use a larger source or larger --valid-fraction/--test-fraction",
+        ),
+        (
+            39,
+            (0.05, 0.05),
+            "valid would get 1, test would get 1 (each split needs at least 2 bytes); "
+            "use a larger source or larger --valid-fraction/--test-fraction",
+        ),
+        (
+            5,
+            (0.45, 0.45),
+            "train would get 1 (each split needs at least 2 bytes); "
+            "use a larger source or smaller --valid-fraction/--test-fraction",
+        ),
     ],
 )
 def test_prepare_corpus_refuses_a_source_too_small_for_every_split(tmp_path, size, fractions, message):
@@ -419,11 +435,17 @@ def test_prepare_enwik8_leaves_an_existing_output_folder_untouched(synthetic_enw
     assert (out / "keep.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("bpe:0", "unknown tokenizer 'bpe:0': choose bytes or bpe:N"), ("bpe:x", "unknown tokenizer 'bpe:x'"),
-    ("bpe:", "unknown tokenizer 'bpe:'"), ("foo", "unknown tokenizer 'foo'"), ("bpe:256", "N from 257"),
-    ("words", "use sharnn prepare wikitext-2"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("bpe:0", "unknown tokenizer 'bpe:0': choose bytes or bpe:N"),
+        ("bpe:x", "unknown tokenizer 'bpe:x'"),
+        ("bpe:", "unknown tokenizer 'bpe:'"),
+        ("foo", "unknown tokenizer 'foo'"),
+        ("bpe:256", "N from 257"),
+        ("words", "use sharnn prepare wikitext-2"),
+    ],
+)
 def test_prepare_corpus_refuses_a_bad_tokenizer_before_reading_the_source(tmp_path, spec, message):
     result = cli("prepare", "corpus", tmp_path / "missing.txt", "--tokenizer", spec, "--out", tmp_path / "out")
     assert_user_error(result, message)  # not "corpus not found": the tokenizer is checked first
@@ -433,7 +455,9 @@ def test_prepare_corpus_refuses_a_bad_tokenizer_before_reading_the_source(tmp_pa
 def test_prepare_corpus_prints_each_splits_tokens_and_bytes(tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(bytes(range(256)) * 40)
-    result = cli("prepare", "corpus", source, "--out", tmp_path / "out", "--valid-fraction", "0.1", "--test-fraction", "0.2")
+    result = cli(
+        "prepare", "corpus", source, "--out", tmp_path / "out", "--valid-fraction", "0.1", "--test-fraction", "0.2"
+    )
     assert result.exit_code == 0, result.output
     sizes = {name: len(load_corpus(str(tmp_path / "out")).split(name)) for name in ("train", "valid", "test")}
     assert sizes == {"train": 7168, "valid": 1024, "test": 2048}

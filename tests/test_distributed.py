@@ -18,9 +18,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import (RESUMABLE, SMALL, SUBPROCESS_ENV, assert_ok, assert_same_weights, cli, metrics, wait_for, weights,
-                     write_small_corpus)
-
+from helpers import (
+    RESUMABLE,
+    SMALL,
+    SUBPROCESS_ENV,
+    assert_ok,
+    assert_same_weights,
+    cli,
+    metrics,
+    wait_for,
+    weights,
+    write_small_corpus,
+)
 from sharnn.distributed import Distributed
 from sharnn.errors import ConfigError
 from sharnn.evaluate import EvalResult
@@ -35,10 +44,19 @@ def corpus_file(tmp_path_factory):
 def torchrun(processes: int, *args, **popen_kwargs) -> subprocess.Popen:
     """``torchrun --standalone --nproc_per_node=PROCESSES -m sharnn ARGS`` as a real process
     (a free port on localhost for the rendezvous)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               "-m", "sharnn", *[str(a) for a in args]]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=SUBPROCESS_ENV, **popen_kwargs)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "-m",
+        "sharnn",
+        *[str(a) for a in args],
+    ]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV, **popen_kwargs
+    )
 
 
 def run_torchrun(processes: int, *args) -> subprocess.CompletedProcess:
@@ -72,7 +90,9 @@ def test_two_processes_train_as_one_process_on_all_the_streams(tmp_path, corpus_
     result = run_torchrun(2, *train_args(corpus_file, two, recipe))
     assert_finished(result)
     assert "2 processes" in result.stderr and result.stdout.count("done: valid") == 1  # rank 0 alone reports
-    shown = [int(line.split("step ")[1].split("/")[0]) for line in result.stderr.splitlines() if line.startswith("train ")]
+    shown = [
+        int(line.split("step ")[1].split("/")[0]) for line in result.stderr.splitlines() if line.startswith("train ")
+    ]
     assert shown and shown == sorted(set(shown)), shown  # one progress display, not one per process
 
     expected, got = scores(one), scores(two)
@@ -82,7 +102,10 @@ def test_two_processes_train_as_one_process_on_all_the_streams(tmp_path, corpus_
         assert b == pytest.approx(a, rel=1e-6, abs=1e-6), (split, step)
     for name, tensor in weights(one / "latest").items():
         torch.testing.assert_close(weights(two / "latest")[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
-    state_one, state_two = load_file(one / "latest" / "state.safetensors"), load_file(two / "latest" / "state.safetensors")
+    state_one, state_two = (
+        load_file(one / "latest" / "state.safetensors"),
+        load_file(two / "latest" / "state.safetensors"),
+    )
     assert state_two.keys() == state_one.keys() and state_two["lstm.0.h"].shape == (1, 4, 32)  # all 4 streams
     for name, tensor in state_one.items():
         torch.testing.assert_close(state_two[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
@@ -102,7 +125,9 @@ def test_torchrun_with_one_process_is_a_plain_run(tmp_path, corpus_file):
     assert scores(plain) == scores(launched)
     runs = [json.loads(line) for line in (launched / "metrics.jsonl").read_text().splitlines() if '"run"' in line]
     assert runs[0]["processes"] == 1
-    assert runs[0]["command"].startswith(f"torchrun --standalone --nproc_per_node=1 -m sharnn train --preset tiny --out {launched}")
+    assert runs[0]["command"].startswith(
+        f"torchrun --standalone --nproc_per_node=1 -m sharnn train --preset tiny --out {launched}"
+    )
 
 
 @pytest.mark.slow
@@ -156,7 +181,9 @@ def test_a_two_process_run_killed_with_kill_9_resumes_exactly(tmp_path, corpus_f
         process.kill()
         process.communicate()
     assert len(tree) >= 3  # torchrun and its two workers
-    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in tree), timeout=30)
+    assert wait_for(
+        lambda: not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in tree), timeout=30
+    )
     stopped_at = int((killed / "latest").resolve().name.split("-")[1])
     assert stopped_at < 40 and not (killed / "summary.json").exists()
 
@@ -173,10 +200,16 @@ def test_sigterm_to_torchrun_stops_every_process_at_one_step_and_saves_it(tmp_pa
     they agree on one step, save it as ``latest`` and print the torchrun command that
     resumes the run, once."""
     run_dir = tmp_path / "run"
-    process = torchrun(2, *train_args(corpus_file, run_dir, [*RESUMABLE, "max_steps=100000", "checkpoint_every_steps=100000"]))
+    process = torchrun(
+        2, *train_args(corpus_file, run_dir, [*RESUMABLE, "max_steps=100000", "checkpoint_every_steps=100000"])
+    )
     try:
-        assert wait_for(lambda: any(r["split"] == "train" for r in metrics(run_dir)) if (run_dir / "metrics.jsonl").exists()
-                        else False, process)
+        assert wait_for(
+            lambda: (
+                any(r["split"] == "train" for r in metrics(run_dir)) if (run_dir / "metrics.jsonl").exists() else False
+            ),
+            process,
+        )
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=120)
     finally:
@@ -186,8 +219,10 @@ def test_sigterm_to_torchrun_stops_every_process_at_one_step_and_saves_it(tmp_pa
     stops = [line for line in stderr.splitlines() if line.startswith("interrupted")]
     assert len(stops) == 1, stderr
     step = int(stops[0].split("at step ")[1].split(";")[0])
-    assert stops[0] == (f"interrupted by SIGTERM at step {step}; continue with: "
-                        f"torchrun --standalone --nproc_per_node=2 -m sharnn train --resume {run_dir}")
+    assert stops[0] == (
+        f"interrupted by SIGTERM at step {step}; continue with: "
+        f"torchrun --standalone --nproc_per_node=2 -m sharnn train --resume {run_dir}"
+    )
     assert (run_dir / "latest").resolve().name == f"step-{step:08d}"
     assert load_file(run_dir / "latest" / "state.safetensors")["lstm.0.h"].shape[1] == 4  # both processes' streams
 
@@ -208,8 +243,10 @@ def test_a_process_count_that_does_not_divide_the_streams_is_refused_with_one_li
     result = run_torchrun(3, *train_args(corpus_file, run_dir, SMALL))
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert errors == ["error: train_streams=4 cannot be divided among 3 processes: run a number of processes "
-                      "that divides 4, or change train_streams"], result.stderr
+    assert errors == [
+        "error: train_streams=4 cannot be divided among 3 processes: run a number of processes "
+        "that divides 4, or change train_streams"
+    ], result.stderr
     frames = [line for line in result.stderr.splitlines() if line.strip().startswith('File "')]
     assert all("torch/distributed" in line or "runpy" in line for line in frames), frames  # torchrun's, not ours
     assert not run_dir.exists()
@@ -224,7 +261,8 @@ def test_a_run_folder_that_exists_is_refused_with_one_line_and_no_traceback(tmp_
     result = run_torchrun(2, *train_args(corpus_file, run_dir, SMALL))
     assert result.returncode != 0
     assert [line for line in result.stderr.splitlines() if "error:" in line] == [
-        f"error: run folder {run_dir} already exists; resume it with --resume or choose another --out"], result.stderr
+        f"error: run folder {run_dir} already exists; resume it with --resume or choose another --out"
+    ], result.stderr
     assert "[rank1]" not in result.stderr and not list(run_dir.iterdir())
 
 
@@ -258,8 +296,14 @@ def test_streams_are_divided_in_contiguous_blocks(monkeypatch):
     those streams."""
     blocks = [Distributed(rank=r, world_size=4, active=True).block(8, "train_streams") for r in range(4)]
     assert blocks == [slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)]
-    saved = State(lstm=[(torch.arange(8.0).view(1, 8, 1), -torch.arange(8.0).view(1, 8, 1))], memory=[torch.arange(16.0).view(2, 8, 1)])
+    saved = State(
+        lstm=[(torch.arange(8.0).view(1, 8, 1), -torch.arange(8.0).view(1, 8, 1))],
+        memory=[torch.arange(16.0).view(2, 8, 1)],
+    )
     mine = Distributed(rank=2, world_size=4, active=True).own_streams(saved, 1, blocks[2])
-    assert mine.lstm[0][0].flatten().tolist() == [4.0, 5.0] and mine.memory[0][:, :, 0].tolist() == [[4.0, 5.0], [12.0, 13.0]]
+    assert mine.lstm[0][0].flatten().tolist() == [4.0, 5.0] and mine.memory[0][:, :, 0].tolist() == [
+        [4.0, 5.0],
+        [12.0, 13.0],
+    ]
     with pytest.raises(ConfigError, match="test_streams=6 cannot be divided among 4 processes"):
         Distributed(rank=0, world_size=4, active=True).block(6, "test_streams")

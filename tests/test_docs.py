@@ -32,7 +32,7 @@ def documented_commands() -> list[tuple[str, str]]:
             for line in block.replace("\\\n", " ").splitlines():
                 for words in shell_commands(line):
                     if "sharnn" in words:
-                        found.append((str(document.relative_to(ROOT)), shlex.join(words[words.index("sharnn") + 1:])))
+                        found.append((str(document.relative_to(ROOT)), shlex.join(words[words.index("sharnn") + 1 :])))
     return found
 
 

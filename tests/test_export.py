@@ -27,19 +27,26 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run,
-                     single_thread, write_small_corpus)
-
-import sharnn.export as export_module  # noqa: E402
-import sharnn.run_folder as run_folder_module  # noqa: E402
-from sharnn.checkpoint import load_model, read_config  # noqa: E402
-from sharnn.compress import model_sha256  # noqa: E402
-from sharnn.config import load_config  # noqa: E402
-from sharnn.errors import CheckpointError  # noqa: E402
-from sharnn.metrics import read_records  # noqa: E402
-from sharnn.model import SHARNN, SHARNNConfig  # noqa: E402
-from sharnn.pretrained import weights_sha256  # noqa: E402
-from sharnn.tokenizer import WordTokenizer, save_tokenizer  # noqa: E402
+import sharnn.export as export_module
+import sharnn.run_folder as run_folder_module
+from helpers import (
+    SMALL,
+    SUBPROCESS_ENV,
+    assert_ok,
+    assert_user_error,
+    cli,
+    shared_run,
+    single_thread,
+    write_small_corpus,
+)
+from sharnn.checkpoint import load_model, read_config
+from sharnn.compress import model_sha256
+from sharnn.config import load_config
+from sharnn.errors import CheckpointError
+from sharnn.metrics import read_records
+from sharnn.model import SHARNN, SHARNNConfig
+from sharnn.pretrained import weights_sha256
+from sharnn.tokenizer import WordTokenizer, save_tokenizer
 
 EXPORTED_FILES = {"config.json", "model.safetensors", "README.md", "train_config.yaml", "training.json", "bpc.png"}
 
@@ -176,6 +183,7 @@ def _config(**changes):
     def damage(folder: Path) -> None:
         fields = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps(fields | changes))
+
     return damage
 
 
@@ -189,8 +197,16 @@ DAMAGE = [
     (_config(d_model="wide"), "model.d_model must be an integer"),
     (_config(heads=2), "unknown model setting 'heads'"),
 ]
-DAMAGE_IDS = ["no-config", "flipped-byte", "truncated", "no-digest", "other-shapes", "other-keys", "bad-value",
-              "unknown-setting"]
+DAMAGE_IDS = [
+    "no-config",
+    "flipped-byte",
+    "truncated",
+    "no-digest",
+    "other-shapes",
+    "other-keys",
+    "bad-value",
+    "unknown-setting",
+]
 
 
 @pytest.mark.parametrize("damage, fragment", DAMAGE, ids=DAMAGE_IDS)
@@ -221,10 +237,15 @@ def test_export_writes_the_hub_layout_and_the_run_record(run_dir, exported):
     record = json.loads((exported / "training.json").read_text())
     commands = [r["command"] for r in read_records(run_dir) if r["split"] == "run"]
     assert record == {
-        "step": summary["best_step"], "epochs": pytest.approx(summary["epochs"]),
-        "valid_bpc": summary["valid_bpc"], "test_bpc": summary["test_bpc"],
-        "train_seconds": record["train_seconds"], "command": commands[0], "resumes": [],
-        "parameters": summary["parameters"], "parameters_collapsed": summary["parameters_collapsed"],
+        "step": summary["best_step"],
+        "epochs": pytest.approx(summary["epochs"]),
+        "valid_bpc": summary["valid_bpc"],
+        "test_bpc": summary["test_bpc"],
+        "train_seconds": record["train_seconds"],
+        "command": commands[0],
+        "resumes": [],
+        "parameters": summary["parameters"],
+        "parameters_collapsed": summary["parameters_collapsed"],
     }
     assert 0 < record["train_seconds"] <= summary["train_seconds"]
     assert load_config(exported / "train_config.yaml") == load_config(run_dir / "config.yaml")
@@ -258,16 +279,29 @@ def test_the_model_card_states_scores_protocol_command_and_licence(run_dir, expo
     assert card.data.model_name == exported.name
     assert [(r.dataset_name, r.dataset_split, r.metric_type, r.metric_value) for r in card.data.eval_results] == [
         ("small.txt", "validation", "bpc", round(record["valid_bpc"], 4)),
-        ("small.txt", "test", "bpc", round(record["test_bpc"], 4))]
+        ("small.txt", "test", "bpc", round(record["test_bpc"], 4)),
+    ]
     assert {"sha-rnn", "byte-level", "arxiv:1911.11423"} <= set(card.data.tags)
     assert card.data.license == "unknown"  # the shared run trains on a plain file
     record = json.loads((exported / "training.json").read_text())
     config = load_config(run_dir)
-    for text in (f"{record['valid_bpc']:.4f}", f"{record['test_bpc']:.4f}", record["command"],
-                 "unknown: state it before sharing", "![Training curve", "(bpc.png)",
-                 f"windows of {config.bptt} bytes", f"({config.valid_streams} for valid, {config.test_streams} for test)",
-                 f'SHARNN.from_pretrained("{exported}")', f"sharnn eval {exported}", "| width `d_model` | 32 |",
-                 f"| trainable | {record['parameters']:,} |", "no tokenizer file", "§3", "§4.1"):
+    for text in (
+        f"{record['valid_bpc']:.4f}",
+        f"{record['test_bpc']:.4f}",
+        record["command"],
+        "unknown: state it before sharing",
+        "![Training curve",
+        "(bpc.png)",
+        f"windows of {config.bptt} bytes",
+        f"({config.valid_streams} for valid, {config.test_streams} for test)",
+        f'SHARNN.from_pretrained("{exported}")',
+        f"sharnn eval {exported}",
+        "| width `d_model` | 32 |",
+        f"| trainable | {record['parameters']:,} |",
+        "no tokenizer file",
+        "§3",
+        "§4.1",
+    ):
         assert text in card.text, text
 
 
@@ -281,9 +315,13 @@ def test_the_card_of_a_wikitext2_model_carries_its_licence_and_split(tmp_path, r
     _model().save_pretrained(tmp_path / "saved", model_card_kwargs=fields)
     card = ModelCard.load(tmp_path / "saved" / "README.md")
     assert card.data.license == "cc-by-sa-3.0" and card.data.datasets == ["Salesforce/wikitext"]
-    assert [(r.dataset_type, r.dataset_config, r.dataset_name, r.dataset_split, r.metric_value)
-            for r in card.data.eval_results] == [("Salesforce/wikitext", "wikitext-2-v1", "WikiText-2", "validation", 1.2346),
-                                                 ("Salesforce/wikitext", "wikitext-2-v1", "WikiText-2", "test", 1.2)]
+    assert [
+        (r.dataset_type, r.dataset_config, r.dataset_name, r.dataset_split, r.metric_value)
+        for r in card.data.eval_results
+    ] == [
+        ("Salesforce/wikitext", "wikitext-2-v1", "WikiText-2", "validation", 1.2346),
+        ("Salesforce/wikitext", "wikitext-2-v1", "WikiText-2", "test", 1.2),
+    ]
     for text in ("CC BY-SA 3.0", "Pointer Sentinel Mixture Models", "its own train, valid and test files"):
         assert text in card.text, text
     assert "then valid (the next" not in card.text and "unknown" not in card.text
@@ -301,8 +339,12 @@ def test_the_card_of_a_wikipedia_model_carries_its_licence(tmp_path, run_dir, da
     card = ModelCard.load(tmp_path / "saved" / "README.md")
     assert card.data.license == "cc-by-sa-3.0" and card.data.datasets == ["LTCB/enwik8"]
     assert "CC BY-SA 3.0 and GFDL" in card.text
-    split = "the standard enwik8 split" if data != "enwik8-head" else "then valid (the next 5%), then test (the last 5%)"
-    assert split in card.text and ("not comparable with published enwik8 figures" in card.text) == (data == "enwik8-head")
+    split = (
+        "the standard enwik8 split" if data != "enwik8-head" else "then valid (the next 5%), then test (the last 5%)"
+    )
+    assert split in card.text and ("not comparable with published enwik8 figures" in card.text) == (
+        data == "enwik8-head"
+    )
 
 
 def test_export_collapse_gives_the_same_logits_with_fewer_parameters(tmp_path, run_dir, exported):
@@ -363,7 +405,9 @@ def test_a_name_that_is_neither_a_folder_nor_on_the_hub_is_refused_with_one_line
     """A mistyped folder is taken for a repo id by the Hub library; in offline mode here,
     its errors come out as one CheckpointError line."""
     for name in (str(tmp_path / "missing"), "user/no-such-model"):
-        with pytest.raises(CheckpointError, match="is not a folder, and the Hugging Face Hub does not give it") as caught:
+        with pytest.raises(
+            CheckpointError, match="is not a folder, and the Hugging Face Hub does not give it"
+        ) as caught:
             SHARNN.from_pretrained(name)
         assert "\n" not in str(caught.value)
 
@@ -382,8 +426,9 @@ def _run_card_snippet(folder: Path, cwd: Path) -> subprocess.CompletedProcess:
     """The Python block of ``folder``'s model card, run as written in a fresh offline process."""
     (snippet,) = re.findall(r"```python\n(.*?)```", (folder / "README.md").read_text(), re.DOTALL)
     env = {**SUBPROCESS_ENV, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", snippet], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-c", snippet], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 @pytest.mark.slow
@@ -401,7 +446,8 @@ def test_the_card_of_a_words_model_says_so_and_its_example_runs(tmp_path, run_di
     config = load_config(run_dir)
     record = {"step": 12, "epochs": 0.5, "valid_bpc": 1.5, "resumes": []}
     _model(vocab_size=tokenizer.vocab_size).save_pretrained(
-        folder, model_card_kwargs=export_module.card_fields(config, record, folder, False, tokenizer))
+        folder, model_card_kwargs=export_module.card_fields(config, record, folder, False, tokenizer)
+    )
     save_tokenizer(tokenizer, folder)
     text = (folder / "README.md").read_text()
     assert "language model on words tokens" in text and "no tokenizer file" not in text and 'encode("the")' in text
@@ -416,10 +462,27 @@ def test_a_torchrun_run_records_the_launcher_command_as_typed(tmp_path):
     the run record and the card quote it as ``torchrun --standalone ...``."""
     data = write_small_corpus(tmp_path / "small.txt")
     run = tmp_path / "run"
-    args = ["--standalone", "--nproc_per_node=1", "-m", "sharnn", "train", "--preset", "tiny", "--out", str(run),
-            *SMALL, f"data={data}"]
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", *args], env=SUBPROCESS_ENV,
-                            capture_output=True, text=True, timeout=600, check=False)
+    args = [
+        "--standalone",
+        "--nproc_per_node=1",
+        "-m",
+        "sharnn",
+        "train",
+        "--preset",
+        "tiny",
+        "--out",
+        str(run),
+        *SMALL,
+        f"data={data}",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", *args],
+        env=SUBPROCESS_ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     (command,) = [r["command"] for r in read_records(run) if r["split"] == "run"]
     assert command == shlex.join(["torchrun", *args])
@@ -431,10 +494,17 @@ def test_a_torchrun_run_records_the_launcher_command_as_typed(tmp_path):
 def test_a_torchrun_command_that_cannot_be_read_says_so(monkeypatch):
     """Where the parent process is not torchrun (or /proc cannot be read), the command is
     rebuilt from torchrun's environment and marked as missing the launcher's options."""
-    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2"),
-                        ("MASTER_ADDR", "localhost"), ("MASTER_PORT", "29500")):
+    for name, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("LOCAL_RANK", "0"),
+        ("LOCAL_WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "localhost"),
+        ("MASTER_PORT", "29500"),
+    ):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(sys, "argv", ["/somewhere/sharnn/__main__.py", "train", "--preset", "tiny"])
     assert run_folder_module.command_line() == (
         "torchrun --nproc_per_node=2 -m sharnn train --preset tiny  # torchrun's own options (such as --standalone) "
-        "not recorded")
+        "not recorded"
+    )

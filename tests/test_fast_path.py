@@ -14,14 +14,13 @@ import torch
 import torch.nn.functional as F
 
 from helpers import SMALL, assert_same_weights, metrics, write_small_corpus
-
-from sharnn import checkpoint  # noqa: E402
-from sharnn.config import load_config  # noqa: E402
-from sharnn.errors import Interrupted  # noqa: E402
-from sharnn.generate import filter_logits, generate  # noqa: E402
-from sharnn.model import SHARNN, SHARNNConfig, causal_mask, sdpa_attention  # noqa: E402
-from sharnn.runtime import Runtime  # noqa: E402
-from sharnn.train import train  # noqa: E402
+from sharnn import checkpoint
+from sharnn.config import load_config
+from sharnn.errors import Interrupted
+from sharnn.generate import filter_logits, generate
+from sharnn.model import SHARNN, SHARNNConfig, causal_mask, sdpa_attention
+from sharnn.runtime import Runtime
+from sharnn.train import train
 
 CPU = torch.device("cpu")
 
@@ -30,8 +29,19 @@ def make_model(dropout: float = 0.0, seed: int = 0, **overrides) -> SHARNN:
     """Three blocks, attention in all of them, span 24; gates and LayerNorms randomised
     so that none of them is an identity that could hide a misplaced gate."""
     torch.manual_seed(seed)
-    fields = dict(d_model=32, n_layers=3, boom_dim=64, attention="all", attention_span=24,
-                  dropouti=dropout, dropouth=dropout, dropouto=dropout) | overrides
+    fields = (
+        dict(
+            d_model=32,
+            n_layers=3,
+            boom_dim=64,
+            attention="all",
+            attention_span=24,
+            dropouti=dropout,
+            dropouth=dropout,
+            dropouto=dropout,
+        )
+        | overrides
+    )
     model = SHARNN(SHARNNConfig(**fields))
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -347,8 +357,15 @@ def corpus_file(tmp_path_factory):
     return write_small_corpus(tmp_path_factory.mktemp("data") / "small.txt", size=20_000)
 
 
-FAST = SMALL + ["fast_path=on", "compile=false", "model.dropouth=0.1", "model.dropouti=0.1", "max_steps=16",
-                "valid_every_steps=8", "log_every_steps=1"]
+FAST = SMALL + [
+    "fast_path=on",
+    "compile=false",
+    "model.dropouth=0.1",
+    "model.dropouti=0.1",
+    "max_steps=16",
+    "valid_every_steps=8",
+    "log_every_steps=1",
+]
 
 
 def test_fast_path_training_resumes_exactly_with_bf16_memory(tmp_path, corpus_file):
@@ -383,8 +400,13 @@ def test_max_seconds_stops_training_then_validates_and_tests(tmp_path, corpus_fi
 def test_filter_logits_works_row_by_row():
     torch.manual_seed(0)
     logits = torch.randn(5, 40) * 3
-    for settings in [dict(temperature=0.7), dict(top_k=4), dict(top_p=0.6), dict(temperature=1.3, top_k=9, top_p=0.8),
-                     dict(temperature=0)]:
+    for settings in [
+        dict(temperature=0.7),
+        dict(top_k=4),
+        dict(top_p=0.6),
+        dict(temperature=1.3, top_k=9, top_p=0.8),
+        dict(temperature=0),
+    ]:
         batched = filter_logits(logits, **settings)
         rows = torch.stack([filter_logits(row, **settings) for row in logits])
         torch.testing.assert_close(batched, rows)

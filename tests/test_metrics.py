@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import SMALL, assert_ok, cli, single_thread, write_small_corpus
-
-from sharnn.metrics import UNIFORM_BPC, MetricsLog, _describe_changes, _figure, _y_range  # noqa: E402
+from sharnn.metrics import UNIFORM_BPC, MetricsLog, _describe_changes, _figure, _y_range
 
 
 def realistic_history() -> list[dict]:
@@ -161,6 +160,7 @@ def test_resume_keeps_the_test_of_an_earlier_end(tmp_path):
     """A run that ended (and tested) at step 300 and is extended keeps that test record;
     a resume at the step of a test the run made before a kill (no summary: ``ended_here``
     False) drops it, since the resumed run tests again; tests of earlier ends always stay."""
+
     def write(records):
         (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
@@ -224,6 +224,8 @@ def test_tensorboard_gets_the_config_and_the_hyperparameters_in_the_run_folder(e
     assert [s.step for s in events.Scalars("valid/bpc")] == [12, 16]  # the resume purged nothing at step 12
     content = events.PluginTagToContent("hparams")
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
-    assert start.hparams["model.d_model"].number_value == 32 and start.hparams["data"].string_value.endswith("small.txt")
+    assert start.hparams["model.d_model"].number_value == 32 and start.hparams["data"].string_value.endswith(
+        "small.txt"
+    )
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     assert {m.name.tag for m in experiment.metric_infos} == {"hparams/valid_bpc", "hparams/test_bpc"}

@@ -23,8 +23,15 @@ V = 256
 
 def small_config(**overrides) -> SHARNNConfig:
     values = dict(
-        vocab_size=V, d_model=16, n_layers=3, boom_dim=32, attention="single",
-        attention_span=32, dropouti=0.1, dropouth=0.1, dropouto=0.1,
+        vocab_size=V,
+        d_model=16,
+        n_layers=3,
+        boom_dim=32,
+        attention="single",
+        attention_span=32,
+        dropouti=0.1,
+        dropouth=0.1,
+        dropouto=0.1,
     )
     values.update(overrides)
     return SHARNNConfig(**values)
@@ -565,8 +572,14 @@ def test_collapse_keeps_outputs_and_drops_the_value_gate_network():
 
 @pytest.mark.parametrize(
     "attention, n_layers, expected",
-    [("none", 3, []), ("single", 3, [1]), ("single", 4, [2]), ("single", 2, [0]),
-     ("all", 3, [0, 1, 2]), ([0, 2], 3, [0, 2])],
+    [
+        ("none", 3, []),
+        ("single", 3, [1]),
+        ("single", 4, [2]),
+        ("single", 2, [0]),
+        ("all", 3, [0, 1, 2]),
+        ([0, 2], 3, [0, 2]),
+    ],
 )
 def test_attention_placement(attention, n_layers, expected):
     model = SHARNN(small_config(attention=attention, n_layers=n_layers))
@@ -576,9 +589,19 @@ def test_attention_placement(attention, n_layers, expected):
 
 @pytest.mark.parametrize(
     "overrides",
-    [dict(attention=[3]), dict(attention=[-1]), dict(attention="every"), dict(attention="Single"),
-     dict(dropouth=-0.1), dict(dropouti=1.0), dict(dropouto=1.5), dict(attention_span=0),
-     dict(n_layers=0), dict(boom_dim=40), dict(d_model=0)],
+    [
+        dict(attention=[3]),
+        dict(attention=[-1]),
+        dict(attention="every"),
+        dict(attention="Single"),
+        dict(dropouth=-0.1),
+        dict(dropouti=1.0),
+        dict(dropouto=1.5),
+        dict(attention_span=0),
+        dict(n_layers=0),
+        dict(boom_dim=40),
+        dict(d_model=0),
+    ],
 )
 def test_invalid_config_raises_value_error(overrides):
     config = small_config(**overrides)

@@ -208,8 +208,15 @@ def test_restored_moments_matter():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(lr=-1e-3), dict(betas=(1.0, 0.999)), dict(betas=(0.9, 1.0)), dict(betas=(-0.1, 0.999)),
-     dict(eps=-1.0), dict(weight_decay=-0.1), dict(min_trust=-0.5)],
+    [
+        dict(lr=-1e-3),
+        dict(betas=(1.0, 0.999)),
+        dict(betas=(0.9, 1.0)),
+        dict(betas=(-0.1, 0.999)),
+        dict(eps=-1.0),
+        dict(weight_decay=-0.1),
+        dict(min_trust=-0.5),
+    ],
 )
 def test_constructor_rejects_invalid_values(kwargs):
     p = torch.zeros(2, requires_grad=True)

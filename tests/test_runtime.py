@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from helpers import SMALL
-
-from sharnn.config import load_config  # noqa: E402
-from sharnn.errors import ConfigError  # noqa: E402
-from sharnn.model import SHARNN, Attention, AttentionSublayer, SHARNNConfig  # noqa: E402
-from sharnn.runtime import Runtime, resolve_device  # noqa: E402
+from sharnn.config import load_config
+from sharnn.errors import ConfigError
+from sharnn.model import SHARNN, Attention, AttentionSublayer, SHARNNConfig
+from sharnn.runtime import Runtime, resolve_device
 
 CPU = torch.device("cpu")
 
@@ -39,7 +38,12 @@ def test_on_cpu_auto_means_fp32_on_the_eager_path():
 
 def test_on_cuda_auto_means_bf16_and_the_fast_path(pretend_cuda):
     runtime = Runtime.resolve("cuda", compile=True)
-    assert (runtime.device.type, runtime.autocast_dtype, runtime.fast_path, runtime.compile) == ("cuda", torch.bfloat16, True, True)
+    assert (runtime.device.type, runtime.autocast_dtype, runtime.fast_path, runtime.compile) == (
+        "cuda",
+        torch.bfloat16,
+        True,
+        True,
+    )
     assert runtime.describe() == "cuda, bf16 autocast, fast path (compiled)"
     assert not Runtime.resolve("cuda", fast_path="off", compile=True).fast_path
     assert not Runtime.resolve("cuda", fast_path="off", compile=True).compile  # compile goes with the fast path
@@ -47,7 +51,9 @@ def test_on_cuda_auto_means_bf16_and_the_fast_path(pretend_cuda):
 
 
 def test_fast_path_setting_auto_means_cuda_only(pretend_cuda):
-    assert Runtime.resolve("cuda", fast_path="auto").fast_path and not Runtime.resolve("cpu", fast_path="auto").fast_path
+    assert (
+        Runtime.resolve("cuda", fast_path="auto").fast_path and not Runtime.resolve("cpu", fast_path="auto").fast_path
+    )
     assert Runtime.resolve("cpu", fast_path="on").fast_path and not Runtime.resolve("cuda", fast_path="off").fast_path
 
 
@@ -82,7 +88,9 @@ def test_one_autocast_context():
 
 
 def test_for_training_reads_the_config():
-    config = load_config("tiny", SMALL + ["device=cpu", "precision=bf16", "fast_path=on", "compile=false", "recompute=true"])
+    config = load_config(
+        "tiny", SMALL + ["device=cpu", "precision=bf16", "fast_path=on", "compile=false", "recompute=true"]
+    )
     assert Runtime.for_training(config) == Runtime(CPU, torch.bfloat16, fast_path=True, compile=False, recompute=True)
 
 
@@ -102,9 +110,7 @@ def test_recompute_wraps_the_sublayers_and_keeps_checkpoint_names():
     names = list(plain.state_dict())
     model = Runtime(CPU, recompute=True).prepare(small_model())
     wrapped = [name for name, m in model.named_modules() if type(m).__name__ == "CheckpointWrapper"]
-    assert sorted(wrapped) == sorted(
-        f"blocks.{i}.{part}" for i in range(2) for part in ("attention", "feed_forward")
-    )
+    assert sorted(wrapped) == sorted(f"blocks.{i}.{part}" for i in range(2) for part in ("attention", "feed_forward"))
     assert list(model.state_dict()) == names
     model.load_state_dict(plain.state_dict())  # checkpoints load either way
 

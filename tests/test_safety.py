@@ -25,9 +25,19 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (SMALL, SUBPROCESS_ENV, assert_ok, assert_user_error, checkpoint_step, cli, sharnn_process,
-                     shared_run, signal_when, wait_for, write_small_corpus)
-
+from helpers import (
+    SMALL,
+    SUBPROCESS_ENV,
+    assert_ok,
+    assert_user_error,
+    checkpoint_step,
+    cli,
+    shared_run,
+    sharnn_process,
+    signal_when,
+    wait_for,
+    write_small_corpus,
+)
 from sharnn.files import Lock, output_lock
 from sharnn.run_folder import LOCK_FILE
 
@@ -56,8 +66,9 @@ def test_a_second_resume_of_a_running_run_is_refused_and_kill_9_leaves_no_stale_
     files can be compared) a second ``sharnn train --resume`` is refused in one line
     naming it, and changes nothing; after ``kill -9`` of the first, a resume trains on."""
     corpus, run = write_small_corpus(tmp_path / "small.txt"), tmp_path / "run"
-    first = sharnn_process("train", "--preset", "tiny", "--out", run, "--quiet", *SMALL, "max_steps=100000",
-                           f"data={corpus}")
+    first = sharnn_process(
+        "train", "--preset", "tiny", "--out", run, "--quiet", *SMALL, "max_steps=100000", f"data={corpus}"
+    )
     try:
         assert wait_for(lambda: (run / "latest").exists(), first), first.communicate()
         os.kill(first.pid, signal.SIGSTOP)
@@ -68,7 +79,8 @@ def test_a_second_resume_of_a_running_run_is_refused_and_kill_9_leaves_no_stale_
         assert second.returncode == 1 and stdout == ""
         assert stderr.splitlines() == [
             f"error: {run} is in use by process {first.pid} (sharnn train --preset tiny --out {run} --quiet "
-            f"{' '.join(SMALL)} max_steps=100000 data={corpus}); wait for it or stop it"]
+            f"{' '.join(SMALL)} max_steps=100000 data={corpus}); wait for it or stop it"
+        ]
         assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
         assert os.readlink(run / "latest") == latest and run_records(run) == 1
     finally:
@@ -86,8 +98,19 @@ def test_a_resume_under_torchrun_is_refused_by_every_process_in_one_line(run_dir
     """The main process alone takes the lock; the other stops with it, printing nothing
     (torchrun then adds its own failure report)."""
     with Lock(run_dir / LOCK_FILE, "the test"):
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "sharnn",
-                   "train", "--resume", str(run_dir), "max_steps=16"]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "sharnn",
+            "train",
+            "--resume",
+            str(run_dir),
+            "max_steps=16",
+        ]
         result = subprocess.run(command, capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=300)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
@@ -102,8 +125,9 @@ def test_a_resume_under_torchrun_is_refused_by_every_process_in_one_line(run_dir
 def test_a_run_folder_being_created_is_locked_from_its_start(tmp_path):
     """A new run takes its folder's lock as it makes it, before writing anything in it."""
     corpus, run = write_small_corpus(tmp_path / "small.txt"), tmp_path / "run"
-    first = sharnn_process("train", "--preset", "tiny", "--out", run, "--quiet", *SMALL, "max_steps=100000",
-                           f"data={corpus}")
+    first = sharnn_process(
+        "train", "--preset", "tiny", "--out", run, "--quiet", *SMALL, "max_steps=100000", f"data={corpus}"
+    )
     try:
         assert wait_for(lambda: (run / "config.yaml").exists(), first), first.communicate()
         assert_user_error(cli("train", "--resume", run), f"{run} is in use by process {first.pid} (sharnn train")
@@ -124,12 +148,16 @@ def test_an_output_being_written_is_refused_to_a_second_command(tmp_path, comman
         source = tmp_path / "packed"
     dest = tmp_path / "out"
     with output_lock(dest):  # as another command writing it would
-        assert_user_error(cli(command, source, dest, "--quiet", *(["--online"] if command == "compress" else [])),
-                          f"{dest} is in use by process {os.getpid()} (", "; wait for it or stop it")
+        assert_user_error(
+            cli(command, source, dest, "--quiet", *(["--online"] if command == "compress" else [])),
+            f"{dest} is in use by process {os.getpid()} (",
+            "; wait for it or stop it",
+        )
     assert not dest.exists()
     assert_ok(cli(command, source, dest, "--quiet", *(["--online"] if command == "compress" else [])))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"in.bin", "packed", "out"} if command == "decompress"
-                                                                else {"in.bin", "out"})  # no lock file, no staging
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        {"in.bin", "packed", "out"} if command == "decompress" else {"in.bin", "out"}
+    )  # no lock file, no staging
 
 
 def test_an_export_being_written_is_refused_to_a_second_command(tmp_path, run_dir):
@@ -172,7 +200,9 @@ def slow_url():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "status", "line"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+@pytest.mark.parametrize(
+    ("sig", "status", "line"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
+)
 def test_a_prepare_refuses_a_second_writer_and_a_signal_leaves_no_staging(tmp_path, slow_url, sig, status, line):
     """A real ``sharnn prepare enwik8`` downloads into its staging folder: a second prepare
     of the same --out is refused in one line; SIGTERM (or Ctrl-C) then stops the first
@@ -182,8 +212,10 @@ def test_a_prepare_refuses_a_second_writer_and_a_signal_leaves_no_staging(tmp_pa
     staging = lambda: [p for p in tmp_path.iterdir() if p.name.startswith(".enwik8.")]  # noqa: E731
     try:
         assert wait_for(lambda: any((p / "enwik8.zip").exists() for p in staging()), first), first.communicate()
-        assert_user_error(cli("prepare", "enwik8", "--source", slow_url, "--out", out),
-                          f"{out} is in use by process {first.pid} (sharnn prepare enwik8 --source {slow_url} --out {out})")
+        assert_user_error(
+            cli("prepare", "enwik8", "--source", slow_url, "--out", out),
+            f"{out} is in use by process {first.pid} (sharnn prepare enwik8 --source {slow_url} --out {out})",
+        )
     finally:
         stdout, stderr = signal_when(first, lambda: True, sig)
     assert first.returncode == status, stderr
@@ -198,8 +230,14 @@ def test_files_named_like_old_staging_names_survive_a_resume(run_dir):
     """Checkpoints, the latest/best links, config.yaml, summary.json and bpc.png were
     written through fixed names (``.NAME.tmp``) removed first; now through names of
     their own. A resume that writes them all leaves the user's files of those names."""
-    mine = [run_dir / "checkpoints" / ".step-00000016.tmp", run_dir / ".latest.tmp", run_dir / ".best.tmp",
-            run_dir / ".config.yaml.tmp", run_dir / ".summary.json.tmp", run_dir / ".bpc.png.tmp"]
+    mine = [
+        run_dir / "checkpoints" / ".step-00000016.tmp",
+        run_dir / ".latest.tmp",
+        run_dir / ".best.tmp",
+        run_dir / ".config.yaml.tmp",
+        run_dir / ".summary.json.tmp",
+        run_dir / ".bpc.png.tmp",
+    ]
     for folder in mine:
         folder.mkdir()
         (folder / "keep.txt").write_text("precious")
@@ -216,8 +254,11 @@ def test_a_resume_removes_the_staging_folders_a_killed_save_left_and_nothing_els
     """``kill -9`` during a save leaves its staging folder (a unique name made by
     tempfile): the next writer of the run, which holds its lock, removes those alone."""
     left = [run_dir / "checkpoints" / ".step-00000016.k3x_9ab2.tmp", run_dir / ".latest.q8w2mm0z.tmp"]
-    kept = [run_dir / "checkpoints" / ".step-00000016.tmp", run_dir / "checkpoints" / ".step-16.abcdefgh.tmp",
-            run_dir / ".notes.abcdefgh.tmp"]
+    kept = [
+        run_dir / "checkpoints" / ".step-00000016.tmp",
+        run_dir / "checkpoints" / ".step-16.abcdefgh.tmp",
+        run_dir / ".notes.abcdefgh.tmp",
+    ]
     for folder in left + kept:
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"half")
@@ -245,12 +286,14 @@ def test_sigterm_while_a_training_sets_up_is_one_line(tmp_path):
     building the model) SIGTERM ends ``sharnn train`` with one line and status 143."""
     corpus = write_small_corpus(tmp_path / "small.txt")
     for delay in (0.5, 1.5):
-        process = sharnn_process("train", "--preset", "tiny", "--out", tmp_path / f"run{delay}", "--quiet", *SMALL,
-                                 f"data={corpus}")
+        process = sharnn_process(
+            "train", "--preset", "tiny", "--out", tmp_path / f"run{delay}", "--quiet", *SMALL, f"data={corpus}"
+        )
         threading.Timer(delay, process.send_signal, (signal.SIGTERM,)).start()
         _, stderr = process.communicate(timeout=120)
         assert (process.returncode, stderr) == (143, "terminated\n") or (  # the loop had begun: it saved
-            process.returncode == 143 and stderr.startswith("interrupted by SIGTERM")), (process.returncode, stderr)
+            process.returncode == 143 and stderr.startswith("interrupted by SIGTERM")
+        ), (process.returncode, stderr)
 
 
 def test_a_folder_named_like_the_old_export_staging_survives_an_export(tmp_path, run_dir):
@@ -279,8 +322,12 @@ def links(tmp_path: Path) -> dict[str, Path]:
     target_file.write_text("precious")
     target_folder.mkdir()
     (target_folder / "keep.txt").write_text("precious")
-    made = {"dangling": tmp_path / "nowhere", "looping": tmp_path / "link-looping", "file": target_file,
-            "folder": target_folder}
+    made = {
+        "dangling": tmp_path / "nowhere",
+        "looping": tmp_path / "link-looping",
+        "file": target_file,
+        "folder": target_folder,
+    }
     for name, target in made.items():
         (tmp_path / f"link-{name}").symlink_to(target)
     return {name: tmp_path / f"link-{name}" for name in made}
@@ -297,8 +344,10 @@ def test_compress_and_decompress_replace_a_link_only_with_force(tmp_path):
     source.write_bytes(TEXT)
     made = links(tmp_path)
     for kind, link in made.items():
-        line = assert_user_error(cli("compress", source, link, "--online", "--quiet"),
-                                 f"error: {link} is a symbolic link (to {os.readlink(link)}); give --force to replace the link")
+        line = assert_user_error(
+            cli("compress", source, link, "--online", "--quiet"),
+            f"error: {link} is a symbolic link (to {os.readlink(link)}); give --force to replace the link",
+        )
         assert link.is_symlink(), line
     assert_ok(cli("compress", source, made["dangling"], "--online", "--quiet", "--force"))
     assert made["dangling"].is_file() and not made["dangling"].is_symlink()

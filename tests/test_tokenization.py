@@ -19,10 +19,10 @@ import torch.nn.functional as F
 
 from helpers import SMALL, WIKITEXT2, assert_ok, assert_user_error, cli, write_small_corpus
 from sharnn.data import load_corpus
-from sharnn.prepare import WIKITEXT2_TYPES, prepare_corpus, prepare_wikitext2, smallest_uint
 from sharnn.errors import DataError
 from sharnn.evaluate import evaluate
 from sharnn.model import SHARNN, SHARNNConfig
+from sharnn.prepare import WIKITEXT2_TYPES, prepare_corpus, prepare_wikitext2, smallest_uint
 from sharnn.tokenizer import BPETokenizer, ByteTokenizer, WordTokenizer, load_tokenizer, make_tokenizer
 
 COUNTS = {"train": 2_088_628, "valid": 217_646, "test": 245_569}
@@ -50,8 +50,13 @@ def small_words(words, tmp_path_factory) -> Path:
     for split in COUNTS:
         ids = np.fromfile(folder / f"{split}.bin", dtype=np.uint16)[:3000]
         ids.tofile(folder / f"{split}.bin")
-        meta.update({f"{split}_tokens": 3000, f"{split}_words": 3000,
-                     f"{split}_bytes": int(tokenizer.byte_lengths()[ids].sum())})
+        meta.update(
+            {
+                f"{split}_tokens": 3000,
+                f"{split}_words": 3000,
+                f"{split}_bytes": int(tokenizer.byte_lengths()[ids].sum()),
+            }
+        )
     (folder / "meta.json").write_text(json.dumps(meta))
     return folder
 
@@ -69,8 +74,10 @@ def test_words_reproduce_the_published_counts_and_vocabulary(words):
 
 def test_prepare_wikitext2_refuses_a_bad_tokenizer_before_reading_anything(tmp_path):
     for source in ([], ["--source", tmp_path / "nowhere"]):
-        assert_user_error(cli("prepare", "wikitext-2", *source, "--tokenizer", "bpe:x", "--out", tmp_path / "w"),
-                          "unknown tokenizer 'bpe:x'")
+        assert_user_error(
+            cli("prepare", "wikitext-2", *source, "--tokenizer", "bpe:x", "--out", tmp_path / "w"),
+            "unknown tokenizer 'bpe:x'",
+        )
     assert not (tmp_path / "w").exists()
 
 
@@ -113,8 +120,10 @@ def altered(split: str, how: str) -> bytes:
     return data.replace(b" the ", b" teh ", 1)  # same word count: only the checksum can tell
 
 
-@pytest.mark.parametrize("how, message", [("truncated", "not WikiText-2's 245,569 (truncated or altered)"),
-                                          ("altered", "SHA-256 is not WikiText-2 v1's")])
+@pytest.mark.parametrize(
+    "how, message",
+    [("truncated", "not WikiText-2's 245,569 (truncated or altered)"), ("altered", "SHA-256 is not WikiText-2 v1's")],
+)
 def test_a_damaged_split_is_refused_and_nothing_is_left(tmp_path, how, message):
     source = tmp_path / "src"
     source.mkdir()
@@ -126,12 +135,15 @@ def test_a_damaged_split_is_refused_and_nothing_is_left(tmp_path, how, message):
 
 
 def test_prepare_refuses_an_unknown_tokenizer_and_a_missing_split(tmp_path):
-    assert_user_error(cli("prepare", "wikitext-2", "--source", WIKITEXT2, "--tokenizer", "sentencepiece",
-                          "--out", tmp_path / "a"), "unknown tokenizer 'sentencepiece'")
+    assert_user_error(
+        cli("prepare", "wikitext-2", "--source", WIKITEXT2, "--tokenizer", "sentencepiece", "--out", tmp_path / "a"),
+        "unknown tokenizer 'sentencepiece'",
+    )
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "train.txt").write_bytes(b" a \n")
-    assert_user_error(cli("prepare", "wikitext-2", "--source", tmp_path / "half", "--out", tmp_path / "b"),
-                      "has no valid split")
+    assert_user_error(
+        cli("prepare", "wikitext-2", "--source", tmp_path / "half", "--out", tmp_path / "b"), "has no valid split"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["half"]
 
 
@@ -171,7 +183,9 @@ def test_one_total_gives_bits_per_byte_and_word_perplexity_for_every_tokenizatio
     words_in_text = sum(len(line.split()) + 1 for line in lines)
     for tokenizer in tokenizers:
         torch.manual_seed(0)
-        model = SHARNN(SHARNNConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_layers=2, boom_dim=64, attention_span=8192))
+        model = SHARNN(
+            SHARNNConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_layers=2, boom_dim=64, attention_span=8192)
+        )
         ids = tokenizer.ids(sample)
         result = evaluate(model, ids, streams=1, bptt=64, tokenizer=tokenizer, count_words=True)
         bits = whole_text_bits(model, ids)  # the span holds the whole text: windows and memory add up to one forward
@@ -187,7 +201,9 @@ def test_one_total_gives_bits_per_byte_and_word_perplexity_for_every_tokenizatio
 def test_several_streams_count_the_bytes_of_exactly_the_predicted_tokens():
     tokenizer = make_tokenizer("bpe:300", text("valid")[:200_000])
     ids = tokenizer.ids(text("test")[:20_000])
-    model = SHARNN(SHARNNConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, boom_dim=32, attention_span=32))
+    model = SHARNN(
+        SHARNNConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, boom_dim=32, attention_span=32)
+    )
     result = evaluate(model, ids, streams=3, bptt=16, tokenizer=tokenizer, count_words=True)
     rows = len(ids) // 3
     predicted = np.concatenate([ids[b * rows + 1 : (b + 1) * rows] for b in range(3)])
@@ -201,7 +217,9 @@ WORDS_RUN = [*SMALL, "model.vocab_size=33278", "sample_bytes=5"]
 
 def test_a_run_on_words_reports_word_perplexity_and_carries_its_tokenizer(small_words, tmp_path):
     run = tmp_path / "run"
-    result = cli("train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={small_words}", *WORDS_RUN)
+    result = cli(
+        "train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={small_words}", *WORDS_RUN
+    )
     assert_ok(result)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["tokenizer"] == "words"
@@ -226,16 +244,35 @@ def test_a_run_on_words_reports_word_perplexity_and_carries_its_tokenizer(small_
 
 
 def test_a_model_vocabulary_that_is_not_the_tokenizers_is_refused(small_words, tmp_path):
-    result = cli("train", "--preset", "wikitext2-words-tiny", "--out", tmp_path / "run", f"data={small_words}",
-                 *SMALL, "model.vocab_size=256")
+    result = cli(
+        "train",
+        "--preset",
+        "wikitext2-words-tiny",
+        "--out",
+        tmp_path / "run",
+        f"data={small_words}",
+        *SMALL,
+        "model.vocab_size=256",
+    )
     assert_user_error(result, "the model has 256 token ids but data=", "is words (33,278); set model.vocab_size=33278")
     assert not (tmp_path / "run").exists()
 
 
 def test_a_prompt_word_outside_the_vocabulary_is_one_line(small_words, tmp_path):
     run = tmp_path / "run"
-    assert_ok(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={small_words}",
-                  *WORDS_RUN, "max_steps=1"))
+    assert_ok(
+        cli(
+            "train",
+            "--preset",
+            "wikitext2-words-tiny",
+            "--out",
+            run,
+            "--quiet",
+            f"data={small_words}",
+            *WORDS_RUN,
+            "max_steps=1",
+        )
+    )
     assert_user_error(cli("generate", run, "--prompt", "zzyzxq"), "'zzyzxq' is not in the words vocabulary")
 
 
@@ -250,18 +287,26 @@ def test_a_corpus_prepared_before_tokenizers_still_loads_as_bytes(tmp_path):
 
 
 def test_prepare_corpus_refuses_token_ids_and_the_words_tokenizer(small_words, tmp_path):
-    assert_user_error(cli("prepare", "corpus", small_words, "--out", tmp_path / "a"),
-                      "is a corpus of words tokens, not text")
+    assert_user_error(
+        cli("prepare", "corpus", small_words, "--out", tmp_path / "a"), "is a corpus of words tokens, not text"
+    )
     source = tmp_path / "t.txt"
     source.write_bytes(b" a b \n" * 100)
-    assert_user_error(cli("prepare", "corpus", source, "--tokenizer", "words", "--out", tmp_path / "b"),
-                      "use sharnn prepare wikitext-2")
+    assert_user_error(
+        cli("prepare", "corpus", source, "--tokenizer", "words", "--out", tmp_path / "b"),
+        "use sharnn prepare wikitext-2",
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
 
 
-@pytest.mark.parametrize("meta, message", [([1, 2], "unreadable meta.json"),
-                                           ({"dtype": "float32"}, "must be unsigned integers"),
-                                           ({"dtype": "uint16"}, "not whole uint16 tokens")])
+@pytest.mark.parametrize(
+    "meta, message",
+    [
+        ([1, 2], "unreadable meta.json"),
+        ({"dtype": "float32"}, "must be unsigned integers"),
+        ({"dtype": "uint16"}, "not whole uint16 tokens"),
+    ],
+)
 def test_a_damaged_meta_json_is_one_line(tmp_path, meta, message):
     folder = tmp_path / "bad"
     folder.mkdir()
@@ -281,8 +326,19 @@ def test_evaluate_refuses_token_ids_without_their_tokenizer():
 @pytest.fixture(scope="module")
 def words_run(small_words, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("words-run") / "run"
-    assert_ok(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={small_words}",
-                  *WORDS_RUN, "max_steps=2"))
+    assert_ok(
+        cli(
+            "train",
+            "--preset",
+            "wikitext2-words-tiny",
+            "--out",
+            run,
+            "--quiet",
+            f"data={small_words}",
+            *WORDS_RUN,
+            "max_steps=2",
+        )
+    )
     return run
 
 
@@ -312,11 +368,36 @@ def test_resume_and_init_from_refuse_a_corpus_with_another_tokenizer(small_words
     vocab = json.loads((other / "tokenizer.json").read_text())["vocab"]
     vocab[0], vocab[1] = vocab[1], vocab[0]  # the same size, other words behind two ids
     (other / "tokenizer.json").write_text(json.dumps({"type": "words", "vocab": vocab}))
-    assert_user_error(cli("train", "--preset", "wikitext2-words-tiny", "--out", tmp_path / "init", f"data={other}",
-                          *WORDS_RUN, "--init-from", words_run), "not with the model's tokenizer (words)")
+    assert_user_error(
+        cli(
+            "train",
+            "--preset",
+            "wikitext2-words-tiny",
+            "--out",
+            tmp_path / "init",
+            f"data={other}",
+            *WORDS_RUN,
+            "--init-from",
+            words_run,
+        ),
+        "not with the model's tokenizer (words)",
+    )
     run = tmp_path / "run"
-    assert_ok(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={other}",
-                  *WORDS_RUN, "max_steps=4", "checkpoint_every_steps=2", "sample_bytes=0"))
+    assert_ok(
+        cli(
+            "train",
+            "--preset",
+            "wikitext2-words-tiny",
+            "--out",
+            run,
+            "--quiet",
+            f"data={other}",
+            *WORDS_RUN,
+            "max_steps=4",
+            "checkpoint_every_steps=2",
+            "sample_bytes=0",
+        )
+    )
     shutil.copy(small_words / "tokenizer.json", other)  # the corpus is prepared again, differently
     assert_user_error(cli("train", "--resume", run, "max_steps=6"), "not with the model's tokenizer")
 
@@ -324,6 +405,7 @@ def test_resume_and_init_from_refuse_a_corpus_with_another_tokenizer(small_words
 @pytest.fixture
 def no_model(monkeypatch):
     """Building a model fails the test: a refusal must come first."""
+
     def refuse(self, *args, **kwargs):
         raise AssertionError("a model was built")
 
@@ -337,30 +419,38 @@ def test_a_words_model_on_a_bytes_corpus_is_refused_before_anything_starts(kind,
     if kind == "prepared":
         prepare_corpus(source, data)
     run = tmp_path / "run"
-    line = assert_user_error(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, f"data={data}"),
-                             f"the model has 33,278 token ids but data={data} is bytes (256); set model.vocab_size=256")
+    line = assert_user_error(
+        cli("train", "--preset", "wikitext2-words-tiny", "--out", run, f"data={data}"),
+        f"the model has 33,278 token ids but data={data} is bytes (256); set model.vocab_size=256",
+    )
     assert line.endswith("or give a corpus of 33,278 token ids")
     assert not run.exists()
 
 
 def test_a_bpe_corpus_of_fewer_ids_than_asked_says_so_and_asks_for_its_real_size(tmp_path, no_model):
     folder = tmp_path / "bpe"
-    result = cli("prepare", "corpus", write_small_corpus(tmp_path / "small.txt"), "--tokenizer", "bpe:8000", "--out", folder)
+    result = cli(
+        "prepare", "corpus", write_small_corpus(tmp_path / "small.txt"), "--tokenizer", "bpe:8000", "--out", folder
+    )
     assert_ok(result)
     corpus = load_corpus(str(folder))
     made = corpus.tokenizer
     assert made.vocab_size < 8000 and made.name == f"bpe:{made.vocab_size}"
     meta = json.loads((folder / "meta.json").read_text())
     assert (meta["tokenizer"], meta["vocab_size"], meta["tokenizer_asked"]) == (made.name, made.vocab_size, "bpe:8000")
-    assert (f"bpe:8000 asked, {made.vocab_size:,} token ids made: the train split has too few distinct pieces"
-            in result.stdout)
+    assert (
+        f"bpe:8000 asked, {made.vocab_size:,} token ids made: the train split has too few distinct pieces"
+        in result.stdout
+    )
     for split in COUNTS:
         ids = corpus.split(split)
         assert f"{split}: {len(ids):,} tokens, {len(made.decode_bytes(ids)):,} bytes" in result.stdout
     run = tmp_path / "run"
-    assert_user_error(cli("train", "--preset", "wikitext2-bpe8k-tiny", "--out", run, f"data={folder}"),
-                      f"the model has 8,000 token ids but data={folder} is {made.name} ({made.vocab_size:,}); "
-                      f"set model.vocab_size={made.vocab_size}")
+    assert_user_error(
+        cli("train", "--preset", "wikitext2-bpe8k-tiny", "--out", run, f"data={folder}"),
+        f"the model has 8,000 token ids but data={folder} is {made.name} ({made.vocab_size:,}); "
+        f"set model.vocab_size={made.vocab_size}",
+    )
     assert not run.exists()
 
 
@@ -371,14 +461,37 @@ def files(folder: Path) -> dict[str, bytes]:
 def test_a_trained_words_model_refuses_a_bytes_corpus_in_every_command(small_words, tmp_path, monkeypatch):
     data, run = tmp_path / "data", tmp_path / "run"
     shutil.copytree(small_words, data)
-    assert_ok(cli("train", "--preset", "wikitext2-words-tiny", "--out", run, "--quiet", f"data={data}",
-                  *WORDS_RUN, "max_steps=2"))
+    assert_ok(
+        cli(
+            "train",
+            "--preset",
+            "wikitext2-words-tiny",
+            "--out",
+            run,
+            "--quiet",
+            f"data={data}",
+            *WORDS_RUN,
+            "max_steps=2",
+        )
+    )
     shutil.rmtree(data)
     prepare_corpus(write_small_corpus(tmp_path / "small.txt"), data)  # the run's corpus, prepared again as bytes
     before = files(run)
-    refused = (f"the model has 33,278 token ids but data={data} is bytes (256); "
-               f"give a corpus tokenized with the model's own tokenizer (words)")
-    init = ("train", "--preset", "wikitext2-words-tiny", "--init-from", run, "--out", tmp_path / "init", f"data={data}", *SMALL)
+    refused = (
+        f"the model has 33,278 token ids but data={data} is bytes (256); "
+        f"give a corpus tokenized with the model's own tokenizer (words)"
+    )
+    init = (
+        "train",
+        "--preset",
+        "wikitext2-words-tiny",
+        "--init-from",
+        run,
+        "--out",
+        tmp_path / "init",
+        f"data={data}",
+        *SMALL,
+    )
     with monkeypatch.context() as patch:
         patch.setattr(SHARNN, "__init__", lambda *a, **k: pytest.fail("a model was built"))
         for args in (("train", "--resume", run, "max_steps=4"), init):
@@ -387,7 +500,14 @@ def test_a_trained_words_model_refuses_a_bytes_corpus_in_every_command(small_wor
         assert_user_error(cli(*args), refused)
     for checkpoint_tokenizer in run.glob("checkpoints/*/tokenizer.json"):  # as a run made before the check
         checkpoint_tokenizer.unlink()
-    for args in (("generate", run), ("eval", run), ("analyze", "tokenization", run), ("train", "--resume", run, "max_steps=4")):
-        assert_user_error(cli(*args), "the model has 33,278 token ids but its tokenizer (no tokenizer.json, so bytes) has 256")
+    for args in (
+        ("generate", run),
+        ("eval", run),
+        ("analyze", "tokenization", run),
+        ("train", "--resume", run, "max_steps=4"),
+    ):
+        assert_user_error(
+            cli(*args), "the model has 33,278 token ids but its tokenizer (no tokenizer.json, so bytes) has 256"
+        )
     assert files(run) == {k: v for k, v in before.items() if not k.endswith("tokenizer.json")}
     assert not (tmp_path / "init").exists()

@@ -38,14 +38,13 @@ from helpers import (
     weights,
     write_small_corpus,
 )
-
-from sharnn import train as train_module  # noqa: E402
-from sharnn.checkpoint import load_model, read_info  # noqa: E402
-from sharnn.config import load_config  # noqa: E402
-from sharnn.errors import Interrupted, TrainingDiverged  # noqa: E402
-from sharnn.runtime import Runtime  # noqa: E402
-from sharnn.recipe import TrainingState, learning_rate, train_step  # noqa: E402
-from sharnn.train import train  # noqa: E402
+from sharnn import train as train_module
+from sharnn.checkpoint import load_model, read_info
+from sharnn.config import load_config
+from sharnn.errors import Interrupted, TrainingDiverged
+from sharnn.recipe import TrainingState, learning_rate, train_step
+from sharnn.runtime import Runtime
+from sharnn.train import train
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +104,16 @@ def test_training_loop_applies_schedule_over_epochs(tmp_path):
     validation."""
     data = write_small_corpus(tmp_path / "six-kb.txt", size=6_000)
     overrides = SMALL + [
-        f"data={data}", "max_steps=0", "epochs=2", "lr_halve_epochs=[2]", "train_streams=8", "bptt=32",
-        "bptt_jitter=false", "warmup_steps=4", "log_every_steps=1", "checkpoint_every_steps=1000",
+        f"data={data}",
+        "max_steps=0",
+        "epochs=2",
+        "lr_halve_epochs=[2]",
+        "train_streams=8",
+        "bptt=32",
+        "bptt_jitter=false",
+        "warmup_steps=4",
+        "log_every_steps=1",
+        "checkpoint_every_steps=1000",
     ]
     config = load_config("tiny", overrides)
     summary = train(config, tmp_path / "run", quiet=True)
@@ -186,7 +193,9 @@ def _assert_same_run(run_dir: Path, reference: Path) -> None:
 @pytest.mark.slow
 def test_resume_after_kill_9_ends_with_exactly_the_same_weights(tmp_path, corpus_file, reference_run):
     run_dir = tmp_path / "killed"
-    process = sharnn_process("train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}")
+    process = sharnn_process(
+        "train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}"
+    )
 
     def past_first_validations() -> bool:  # after the step-8 validation: best set, memory full
         return (run_dir / "latest").exists() and checkpoint_step(run_dir / "latest") >= 12
@@ -204,7 +213,9 @@ def test_resume_after_kill_9_ends_with_exactly_the_same_weights(tmp_path, corpus
 @pytest.mark.slow
 def test_ctrl_c_saves_latest_prints_one_line_and_resumes_exactly(tmp_path, corpus_file, reference_run):
     run_dir = tmp_path / "interrupted"
-    process = sharnn_process("train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}")
+    process = sharnn_process(
+        "train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}"
+    )
     stdout, stderr = signal_when(process, lambda: (run_dir / "latest").exists(), signal.SIGINT)
     assert "Traceback" not in stderr, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
@@ -228,9 +239,19 @@ def test_ctrl_c_saves_latest_prints_one_line_and_resumes_exactly(tmp_path, corpu
 
 
 TWO_EPOCHS = [
-    "max_steps=0", "epochs=2", "lr_halve_epochs=[2]", "train_streams=8", "bptt=32", "bptt_jitter=true",
-    "warmup_steps=4", "log_every_steps=1", "checkpoint_every_steps=5", "valid_every_steps=10",
-    "model.dropouti=0.1", "model.dropouth=0.1", "model.dropouto=0.1",
+    "max_steps=0",
+    "epochs=2",
+    "lr_halve_epochs=[2]",
+    "train_streams=8",
+    "bptt=32",
+    "bptt_jitter=true",
+    "warmup_steps=4",
+    "log_every_steps=1",
+    "checkpoint_every_steps=5",
+    "valid_every_steps=10",
+    "model.dropouti=0.1",
+    "model.dropouth=0.1",
+    "model.dropouto=0.1",
 ]
 
 
@@ -269,8 +290,12 @@ def test_a_stop_anywhere_across_epochs_resumes_exactly(tmp_path, two_epoch_data,
     boundary = max(r["step"] for r in records if r["split"] == "train" and r["epoch"] <= 1)  # last step of epoch 1
     total = max(r["step"] for r in records if r["split"] == "train")
     assert 10 < boundary < total - 3
-    stop_at = {"mid-epoch-1": 7, "last-step-of-epoch-1": boundary, "first-step-of-epoch-2": boundary + 1,
-               "mid-epoch-2": total - 3}[where]
+    stop_at = {
+        "mid-epoch-1": 7,
+        "last-step-of-epoch-1": boundary,
+        "first-step-of-epoch-2": boundary + 1,
+        "mid-epoch-2": total - 3,
+    }[where]
     config = load_config("tiny", SMALL + TWO_EPOCHS + [f"data={two_epoch_data}"])
     run_dir = tmp_path / "run"
     ask = (lambda: True) if how == "should_stop" else ctrl_c
@@ -310,8 +335,10 @@ def test_a_second_ctrl_c_interrupts_at_once_without_saving(tmp_path, corpus_file
             signal.raise_signal(signal.SIGINT)
         return False
 
-    with pytest.raises(Interrupted, match="interrupted at step 3, before the first checkpoint; start again from "
-                                          "step 0 with: sharnn train --resume") as stopped:
+    with pytest.raises(
+        Interrupted,
+        match="interrupted at step 3, before the first checkpoint; start again from step 0 with: sharnn train --resume",
+    ) as stopped:
         train(config, tmp_path / "run", quiet=True, should_stop=twice)
     assert stopped.value.exit_code == 130
     assert not (tmp_path / "run" / "latest").exists()  # the first checkpoint is at step 4
@@ -339,8 +366,9 @@ def _evaluate_signalling(monkeypatch, sig: int, streams: int, after_windows: int
 
 
 @pytest.mark.slow
-def test_sigterm_during_a_validation_abandons_it_and_the_resume_is_exact(tmp_path, corpus_file, reference_run,
-                                                                         monkeypatch):
+def test_sigterm_during_a_validation_abandons_it_and_the_resume_is_exact(
+    tmp_path, corpus_file, reference_run, monkeypatch
+):
     """SIGTERM a few windows into the step-16 validation: the validation stops at the next
     window, the step is saved with its validation still due, exit status 143; the resume
     validates step 16 first and ends exactly like the run never stopped."""
@@ -348,9 +376,14 @@ def test_sigterm_during_a_validation_abandons_it_and_the_resume_is_exact(tmp_pat
     reference = tmp_path / "reference"
     train(config, reference, quiet=True)
     real_validate = train_module.Trainer.validate
-    monkeypatch.setattr(train_module.Trainer, "validate", lambda self, abandon=None: (
-        _evaluate_signalling(monkeypatch, signal.SIGTERM, 2) if self.state.progress.step == 16 else None,
-        real_validate(self, abandon))[1])
+    monkeypatch.setattr(
+        train_module.Trainer,
+        "validate",
+        lambda self, abandon=None: (
+            _evaluate_signalling(monkeypatch, signal.SIGTERM, 2) if self.state.progress.step == 16 else None,
+            real_validate(self, abandon),
+        )[1],
+    )
     run_dir = tmp_path / "run"
     with pytest.raises(Interrupted, match="interrupted by SIGTERM at step 16; continue with: ") as stopped:
         train(config, run_dir, quiet=True)
@@ -382,7 +415,9 @@ def test_a_resume_whose_budget_ends_before_its_step_validates_that_step_and_test
     assert (summary["steps"], summary["best_step"]) == (8, 8)
     assert float(read_info(run_dir / "best")["valid_bpc"]) == summary["valid_bpc"]
     assert [(r["split"], r["step"]) for r in metrics(run_dir) if r["split"] in ("valid", "test")] == [
-        ("valid", 8), ("test", 8)]
+        ("valid", 8),
+        ("test", 8),
+    ]
 
 
 def test_ctrl_c_during_the_test_stops_it_and_the_resume_tests(tmp_path, corpus_file, monkeypatch):
@@ -424,11 +459,24 @@ def test_a_second_sigterm_while_saving_is_recorded_and_the_checkpoint_completes(
 
 def test_valid_and_test_max_bytes_score_a_prefix_recorded_as_such(tmp_path, corpus_file):
     run_dir = tmp_path / "run"
-    result = cli("train", "--preset", "tiny", "--out", run_dir, "--quiet", *SMALL, f"data={corpus_file}",
-                 "valid_max_bytes=1000", "test_max_bytes=600")
+    result = cli(
+        "train",
+        "--preset",
+        "tiny",
+        "--out",
+        run_dir,
+        "--quiet",
+        *SMALL,
+        f"data={corpus_file}",
+        "valid_max_bytes=1000",
+        "test_max_bytes=600",
+    )
     assert_ok(result)
-    assert re.search(r"done: valid [\d.]+ BPC \(best, step 12, on the first 1,000 bytes\), "
-                     r"test [\d.]+ BPC on the first 600 bytes,", result.stdout), result.stdout
+    assert re.search(
+        r"done: valid [\d.]+ BPC \(best, step 12, on the first 1,000 bytes\), "
+        r"test [\d.]+ BPC on the first 600 bytes,",
+        result.stdout,
+    ), result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["valid_prefix_bytes"], summary["test_prefix_bytes"]) == (1000, 600)
     records = metrics(run_dir)
@@ -437,12 +485,15 @@ def test_valid_and_test_max_bytes_score_a_prefix_recorded_as_such(tmp_path, corp
     # the same score as evaluating those bytes alone
     model, config = load_model(run_dir)
     data = train_module.load_corpus(config.data).valid[:1000]
-    assert train_module.evaluate(model, data, config.valid_streams, config.bptt).bpc == pytest.approx(summary["valid_bpc"])
+    assert train_module.evaluate(model, data, config.valid_streams, config.bptt).bpc == pytest.approx(
+        summary["valid_bpc"]
+    )
 
     # One prefix throughout a run: for the best checkpoint's choice, and for its test score.
     assert_user_error(cli("train", "--resume", run_dir, "valid_max_bytes=2000"), "cannot change valid_max_bytes")
-    assert_user_error(cli("train", "--resume", run_dir, "test_max_bytes=0", "max_steps=14"),
-                      "cannot change test_max_bytes")
+    assert_user_error(
+        cli("train", "--resume", run_dir, "test_max_bytes=0", "max_steps=14"), "cannot change test_max_bytes"
+    )
     # An export says the scores are of prefixes, and keeps them out of the card's model-index.
     assert_ok(cli("export", run_dir, "--out", tmp_path / "exported"))
     card = (tmp_path / "exported" / "README.md").read_text()
@@ -453,8 +504,11 @@ def test_valid_and_test_max_bytes_score_a_prefix_recorded_as_such(tmp_path, corp
 
 
 def test_a_prefix_too_short_for_its_streams_is_one_line(tmp_path, corpus_file):
-    assert_user_error(cli("train", "--preset", "tiny", "--out", tmp_path / "run", *SMALL, f"data={corpus_file}",
-                          "valid_max_bytes=5"), "valid_max_bytes=5", "too few for 4 streams")
+    assert_user_error(
+        cli("train", "--preset", "tiny", "--out", tmp_path / "run", *SMALL, f"data={corpus_file}", "valid_max_bytes=5"),
+        "valid_max_bytes=5",
+        "too few for 4 streams",
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -473,7 +527,7 @@ def test_a_prefix_is_whole_tokens_whose_text_fits_the_bytes(tmp_path):
     lengths = corpus.tokenizer.byte_lengths()
     ids, size = train_module.split_prefix(corpus, "valid", 1000)
     assert size == int(lengths[ids].sum()) <= 1000 < size + int(lengths[corpus.valid[len(ids)]])
-    assert (ids == corpus.valid[:len(ids)]).all()
+    assert (ids == corpus.valid[: len(ids)]).all()
 
 
 def test_resume_of_a_finished_run_returns_its_summary_without_training_or_testing(tmp_path, reference_run):
@@ -514,7 +568,18 @@ def test_resume_tolerates_a_torn_last_metrics_line(tmp_path, reference_run):
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(tmp_path, corpus_file):
     """It diverged at once (lr 1e30): resuming with a sane lr starts it again in its folder."""
     run_dir = tmp_path / "no-checkpoint"
-    result = cli("train", "--quiet", "--preset", "tiny", "--out", run_dir, *SMALL, f"data={corpus_file}", "lr=1e30", "warmup_steps=0")
+    result = cli(
+        "train",
+        "--quiet",
+        "--preset",
+        "tiny",
+        "--out",
+        run_dir,
+        *SMALL,
+        f"data={corpus_file}",
+        "lr=1e30",
+        "warmup_steps=0",
+    )
     assert_user_error(result, "no checkpoint was written")
     assert (run_dir / "config.yaml").is_file() and not (run_dir / "latest").exists()
     result = cli("train", "--resume", run_dir, "lr=0.002")
@@ -538,7 +603,18 @@ def test_resume_of_what_is_not_a_run_is_one_line(tmp_path):
 
 def test_nonfinite_loss_stops_with_one_line_naming_the_step(tmp_path, corpus_file):
     run_dir = tmp_path / "diverged"
-    result = cli("train", "--quiet", "--preset", "tiny", "--out", run_dir, *SMALL, f"data={corpus_file}", "lr=1e30", "warmup_steps=0")
+    result = cli(
+        "train",
+        "--quiet",
+        "--preset",
+        "tiny",
+        "--out",
+        run_dir,
+        *SMALL,
+        f"data={corpus_file}",
+        "lr=1e30",
+        "warmup_steps=0",
+    )
     line = assert_user_error(result, "NaN or infinite")
     assert re.search(r"\bstep \d+\b", line), line
     assert not (run_dir / "summary.json").exists()
@@ -549,7 +625,18 @@ def test_divergence_message_does_not_point_to_a_checkpoint_that_does_not_exist(t
     good checkpoint"."""
     run_dir = tmp_path / "diverged"
     line = assert_user_error(
-        cli("train", "--quiet", "--preset", "tiny", "--out", run_dir, *SMALL, f"data={corpus_file}", "lr=1e30", "warmup_steps=0")
+        cli(
+            "train",
+            "--quiet",
+            "--preset",
+            "tiny",
+            "--out",
+            run_dir,
+            *SMALL,
+            f"data={corpus_file}",
+            "lr=1e30",
+            "warmup_steps=0",
+        )
     )
     assert not (run_dir / "latest").exists()
     assert str(run_dir / "latest") not in line, line
@@ -560,7 +647,9 @@ def test_divergence_keeps_the_last_good_checkpoint_intact(tmp_path, corpus_file,
     TrainingDiverged and ``latest`` still points to the step-4 checkpoint, loadable and finite."""
     config = load_config("tiny", SMALL + [f"data={corpus_file}"])
     real_lr = train_module.learning_rate
-    monkeypatch.setattr(train_module, "learning_rate", lambda c, step, epoch: 1e38 if step > 6 else real_lr(c, step, epoch))
+    monkeypatch.setattr(
+        train_module, "learning_rate", lambda c, step, epoch: 1e38 if step > 6 else real_lr(c, step, epoch)
+    )
     run_dir = tmp_path / "run"
     with pytest.raises(TrainingDiverged, match=r"step \d+"):
         train(config, run_dir, quiet=True)
@@ -579,8 +668,18 @@ def test_checkpoint_after_an_exploding_update_is_not_kept_as_good(tmp_path, corp
     non-finite weights; it must not survive as ``latest`` ("the last good checkpoint")."""
     run_dir = tmp_path / "run"
     result = cli(
-        "train", "--quiet", "--preset", "tiny", "--out", run_dir, *SMALL, f"data={corpus_file}",
-        "lr=1e38", "warmup_steps=0", "checkpoint_every_steps=1", "log_every_steps=1",
+        "train",
+        "--quiet",
+        "--preset",
+        "tiny",
+        "--out",
+        run_dir,
+        *SMALL,
+        f"data={corpus_file}",
+        "lr=1e38",
+        "warmup_steps=0",
+        "checkpoint_every_steps=1",
+        "log_every_steps=1",
     )
     assert_user_error(result, "NaN or infinite")
     if (run_dir / "latest").exists():
@@ -606,7 +705,9 @@ def test_a_finished_run_extended_with_max_steps_ends_exactly_like_the_longer_run
     _assert_same_run(run_dir, reference_run)
     assert checkpoint_step(run_dir / "latest") == 40
     changes = [r for r in metrics(run_dir) if r["split"] == "config"]
-    assert changes == [{"split": "config", "step": 24, "epoch": changes[0]["epoch"], "changes": {"max_steps": [24, 40]}}]
+    assert changes == [
+        {"split": "config", "step": 24, "epoch": changes[0]["epoch"], "changes": {"max_steps": [24, 40]}}
+    ]
     assert load_config(run_dir).max_steps == 40 and load_config(run_dir / "latest").max_steps == 40
 
 
@@ -629,8 +730,11 @@ def test_resume_refuses_changes_to_what_the_checkpoint_holds_and_changes_nothing
     run_dir = tmp_path / "run"
     shutil.copytree(reference_run, run_dir, symlinks=True)
     before = {f: (run_dir / f).read_text() for f in ("config.yaml", "metrics.jsonl", "summary.json")}
-    line = assert_user_error(cli("train", "--resume", run_dir, "model.d_model=64", "bptt=8", "lr=0.001"),
-                             "cannot change model.d_model, bptt", "--init-from")
+    line = assert_user_error(
+        cli("train", "--resume", run_dir, "model.d_model=64", "bptt=8", "lr=0.001"),
+        "cannot change model.d_model, bptt",
+        "--init-from",
+    )
     assert "lr" not in line.split("(")[0]
     assert_user_error(cli("train", "--resume", run_dir, "data=elsewhere.txt"), "cannot change data")
     assert_user_error(cli("train", "--resume", run_dir, "max_steps=abc"), "max_steps")
@@ -648,7 +752,9 @@ def test_init_from_starts_a_new_run_from_the_checkpoint_weights_and_model(tmp_pa
     text.write_bytes(corpus_file.read_bytes()[::-1])  # other text, the same byte frequencies
     run_dir, scratch = tmp_path / "tuned", tmp_path / "scratch"
     recipe = [*_recipe(SMALL), f"data={text}", "log_every_steps=1"]
-    result = cli("train", "--preset", "tiny", "--out", run_dir, "--init-from", reference_run, *recipe, "model.dropouth=0.2")
+    result = cli(
+        "train", "--preset", "tiny", "--out", run_dir, "--init-from", reference_run, *recipe, "model.dropouth=0.2"
+    )
     assert_ok(result)
     config = load_config(run_dir)
     assert config.init_from == str(reference_run) and config.data == str(text)
@@ -656,16 +762,31 @@ def test_init_from_starts_a_new_run_from_the_checkpoint_weights_and_model(tmp_pa
     assert config.model == expected_model
     first = metrics(run_dir)[0]
     assert (first["step"], first["lr"]) == (1, 0.002 / 5)
-    assert_ok(cli("train", "--preset", "tiny", "--out", scratch, *SMALL, *recipe[len(_recipe(SMALL)):]))
+    assert_ok(cli("train", "--preset", "tiny", "--out", scratch, *SMALL, *recipe[len(_recipe(SMALL)) :]))
     assert first["bpc"] < metrics(scratch)[0]["bpc"] - 0.5  # trained weights: far below a fresh model's ~8 bits
 
 
 def test_init_from_refuses_a_model_that_does_not_fit_and_creates_nothing(tmp_path, reference_run):
     out = tmp_path / "run"
     data = load_config(reference_run).data
-    assert_user_error(cli("train", "--preset", "tiny", "--out", out, "--init-from", reference_run, *_recipe(SMALL),
-                          f"data={data}", "model.d_model=64"), "model.d_model 32 -> 64")
-    assert_user_error(cli("train", "--preset", "tiny", "--out", out, "--init-from", tmp_path / "nowhere"), "no checkpoint")
+    assert_user_error(
+        cli(
+            "train",
+            "--preset",
+            "tiny",
+            "--out",
+            out,
+            "--init-from",
+            reference_run,
+            *_recipe(SMALL),
+            f"data={data}",
+            "model.d_model=64",
+        ),
+        "model.d_model 32 -> 64",
+    )
+    assert_user_error(
+        cli("train", "--preset", "tiny", "--out", out, "--init-from", tmp_path / "nowhere"), "no checkpoint"
+    )
     assert not out.exists()
 
 
@@ -676,13 +797,17 @@ def test_init_from_refuses_a_model_that_does_not_fit_and_creates_nothing(tmp_pat
 @pytest.mark.slow
 def test_sigterm_saves_latest_exits_143_and_resumes_exactly(tmp_path, corpus_file, reference_run):
     run_dir = tmp_path / "preempted"
-    process = sharnn_process("train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}")
+    process = sharnn_process(
+        "train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}"
+    )
     _, stderr = signal_when(process, lambda: (run_dir / "latest").exists(), signal.SIGTERM)
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert process.returncode in (143, 0), (process.returncode, lines)
     if process.returncode == 143:
         assert len(lines) == 1, lines
-        match = re.fullmatch(r"interrupted by SIGTERM at step (\d+); continue with: sharnn train --resume (.+)", lines[0])
+        match = re.fullmatch(
+            r"interrupted by SIGTERM at step (\d+); continue with: sharnn train --resume (.+)", lines[0]
+        )
         assert match, lines
         assert checkpoint_step(run_dir / "latest") == int(match.group(1))
     assert_ok(cli("train", "--resume", run_dir, "--quiet"))
@@ -735,8 +860,20 @@ def test_a_finite_blow_up_stops_naming_the_step_and_nothing_is_saved_from_it(tmp
     """lr=1e6: the loss runs to ~1e17 bits per byte without ever being NaN. The run stops,
     and no checkpoint holds a state whose loss was above the limit."""
     run_dir = tmp_path / "run"
-    result = cli("train", "--quiet", "--preset", "tiny", "--out", run_dir, *SMALL, f"data={corpus_file}", "lr=1e6",
-                 "max_steps=100", "log_every_steps=1", "checkpoint_every_steps=1")
+    result = cli(
+        "train",
+        "--quiet",
+        "--preset",
+        "tiny",
+        "--out",
+        run_dir,
+        *SMALL,
+        f"data={corpus_file}",
+        "lr=1e6",
+        "max_steps=100",
+        "log_every_steps=1",
+        "checkpoint_every_steps=1",
+    )
     line = assert_user_error(result, "training diverged", "above 16 bits per token")
     stopped = int(re.search(r"at step (\d+)", line).group(1))
     assert stopped < 30 and not (run_dir / "summary.json").exists()
@@ -762,9 +899,16 @@ def test_tiny_preset_learns_enwik8(tmp_path):
     config = load_config(
         "tiny",
         [
-            "data=enwik8-head", "max_steps=140", "warmup_steps=20", "train_streams=16", "valid_every_steps=35",
-            "checkpoint_every_steps=1000", "log_every_steps=10", "sample_bytes=0",
-            "valid_fraction=0.01", "test_fraction=0.01",
+            "data=enwik8-head",
+            "max_steps=140",
+            "warmup_steps=20",
+            "train_streams=16",
+            "valid_every_steps=35",
+            "checkpoint_every_steps=1000",
+            "log_every_steps=10",
+            "sample_bytes=0",
+            "valid_fraction=0.01",
+            "test_fraction=0.01",
         ],
     )
     summary = train(config, tmp_path / "learn", quiet=True)
@@ -781,9 +925,22 @@ def test_bf16_autocast_trains_on_cpu(tmp_path):
     """precision=bf16 runs the model under autocast (CPU here) and still learns finitely."""
     config = load_config(
         "tiny",
-        ["data=enwik8-head", "precision=bf16", "model.d_model=32", "model.boom_dim=64", "model.attention_span=48",
-         "bptt=16", "train_streams=4", "max_steps=30", "warmup_steps=5", "valid_every_steps=15",
-         "checkpoint_every_steps=100", "sample_bytes=0", "valid_fraction=0.01", "test_fraction=0.01"],
+        [
+            "data=enwik8-head",
+            "precision=bf16",
+            "model.d_model=32",
+            "model.boom_dim=64",
+            "model.attention_span=48",
+            "bptt=16",
+            "train_streams=4",
+            "max_steps=30",
+            "warmup_steps=5",
+            "valid_every_steps=15",
+            "checkpoint_every_steps=100",
+            "sample_bytes=0",
+            "valid_fraction=0.01",
+            "test_fraction=0.01",
+        ],
     )
     summary = train(config, tmp_path / "bf16", quiet=True)
     valid = [r["bpc"] for r in metrics(tmp_path / "bf16") if r["split"] == "valid"]

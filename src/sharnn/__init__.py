@@ -24,14 +24,34 @@ __version__ = "0.2.0"
 
 # Each public name and the submodule that defines it.
 _EXPORTS = {
-    "SHARNN": "model", "SHARNNConfig": "model", "State": "model", "MinTrustLAMB": "optim",
-    "TrainConfig": "config", "load_config": "config", "Runtime": "runtime", "TrainingState": "recipe",
-    "ByteTokenizer": "tokenizer", "load_tokenizer": "tokenizer", "Corpus": "data", "load_corpus": "data",
-    "EvalResult": "evaluate", "evaluate": "evaluate", "generate": "generate",
+    "SHARNN": "model",
+    "SHARNNConfig": "model",
+    "State": "model",
+    "MinTrustLAMB": "optim",
+    "TrainConfig": "config",
+    "load_config": "config",
+    "Runtime": "runtime",
+    "TrainingState": "recipe",
+    "ByteTokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer",
+    "Corpus": "data",
+    "load_corpus": "data",
+    "EvalResult": "evaluate",
+    "evaluate": "evaluate",
+    "generate": "generate",
     # what the commands do (sharnn.api)
-    "load": "api", "Loaded": "api", "evaluate_checkpoint": "api", "Evaluation": "api", "generate_text": "api",
-    "Generation": "api", "analyze_tokenization": "api", "compress_file": "api", "decompress_file": "api",
-    "Coding": "api", "train_run": "api", "info": "api",
+    "load": "api",
+    "Loaded": "api",
+    "evaluate_checkpoint": "api",
+    "Evaluation": "api",
+    "generate_text": "api",
+    "Generation": "api",
+    "analyze_tokenization": "api",
+    "compress_file": "api",
+    "decompress_file": "api",
+    "Coding": "api",
+    "train_run": "api",
+    "info": "api",
 }
 __all__ = list(_EXPORTS)
 

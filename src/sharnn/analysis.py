@@ -51,7 +51,9 @@ POSITION_LABELS = [str(p) for p in range(1, MAX_POSITION)] + [f"{MAX_POSITION}+"
 FREQUENCY_LABELS = ["1-9 (incl. unseen)", "10-99", "100-999", "1,000-9,999", "10,000+"]
 PIECE_LABELS = ["1", "2", "3", "4+"]
 NC_COUNTINGS = [  # the counts of characters Nc the naive conversion may use: (key of text_counts, name)
-    ("bytes", "bytes"), ("characters", "characters (with whitespace)"), ("nonspace", "non-whitespace characters"),
+    ("bytes", "bytes"),
+    ("characters", "characters (with whitespace)"),
+    ("nonspace", "non-whitespace characters"),
 ]
 
 
@@ -160,13 +162,21 @@ def position_table(surprisal: np.ndarray, entropy: np.ndarray, labels: ByteLabel
     all the counted characters' bits). Inputs: bits ``[N]``, NaN where not predicted."""
     bits, spread = per_character(surprisal, labels), per_character(entropy, labels)
     counted = ~np.isnan(bits) & ~np.isnan(spread)
-    bins = np.where(labels.position == 0, len(POSITION_LABELS) - 1, np.minimum(labels.position, MAX_POSITION) - 1)[counted]
+    bins = np.where(labels.position == 0, len(POSITION_LABELS) - 1, np.minimum(labels.position, MAX_POSITION) - 1)[
+        counted
+    ]
     count = np.bincount(bins, minlength=len(POSITION_LABELS))
     bits_sum = np.bincount(bins, weights=bits[counted], minlength=len(POSITION_LABELS))
     spread_sum = np.bincount(bins, weights=spread[counted], minlength=len(POSITION_LABELS))
     total = bits_sum.sum()
     return [
-        {"position": label, "characters": int(n), "surprisal": _mean(b, n), "entropy": _mean(e, n), "share": _mean(b, total)}
+        {
+            "position": label,
+            "characters": int(n),
+            "surprisal": _mean(b, n),
+            "entropy": _mean(e, n),
+            "share": _mean(b, total),
+        }
         for label, n, b, e in zip(POSITION_LABELS, count, bits_sum, spread_sum)
     ]
 
@@ -188,7 +198,9 @@ def frequency_table(surprisal: np.ndarray, text: bytes, labels: ByteLabels, trai
     in_word = labels.word >= 0
     words, n_words = labels.word[in_word], int(labels.word.max(initial=-1)) + 1
     word_bits = np.bincount(words, weights=bits[in_word], minlength=n_words)
-    first_bits = np.bincount(words, weights=np.where(labels.position[in_word] == 1, bits[in_word], 0.0), minlength=n_words)
+    first_bits = np.bincount(
+        words, weights=np.where(labels.position[in_word] == 1, bits[in_word], 0.0), minlength=n_words
+    )
     lengths = np.bincount(words, minlength=n_words)
     counts = np.array([train_counts.get(w, 0) for w in text.split()], dtype=np.int64)
     bins = np.clip(np.floor(np.log10(np.maximum(counts, 1))).astype(np.int64), 0, len(FREQUENCY_LABELS) - 1)
@@ -198,8 +210,15 @@ def frequency_table(surprisal: np.ndarray, text: bytes, labels: ByteLabels, trai
         chosen = counted & (bins == k)
         n = int(chosen.sum())
         share = first_bits[chosen] / word_bits[chosen] if n else np.zeros(0)
-        rows.append({"frequency": label, "words": n, "characters": _mean(lengths[chosen].sum(), n),
-                     "bits_per_word": _mean(word_bits[chosen].sum(), n), "first_share": _mean(share.sum(), n)})
+        rows.append(
+            {
+                "frequency": label,
+                "words": n,
+                "characters": _mean(lengths[chosen].sum(), n),
+                "bits_per_word": _mean(word_bits[chosen].sum(), n),
+                "first_share": _mean(share.sum(), n),
+            }
+        )
     return rows
 
 
@@ -242,9 +261,18 @@ def naive_conversion(total_bits: float, counts: dict[str, int]) -> list[dict]:
     rows = []
     for key, name in NC_COUNTINGS:
         perplexity = _power2(bpc * counts[key] / n_words)
-        rows.append({"nc": name, "count": counts[key], "per_word": counts[key] / n_words, "perplexity": perplexity,
-                     "vs_exact": perplexity / exact})
-    rows.append({"nc": "exact: 2^(total bits / Nw)", "count": None, "per_word": None, "perplexity": exact, "vs_exact": 1.0})
+        rows.append(
+            {
+                "nc": name,
+                "count": counts[key],
+                "per_word": counts[key] / n_words,
+                "perplexity": perplexity,
+                "vs_exact": perplexity / exact,
+            }
+        )
+    rows.append(
+        {"nc": "exact: 2^(total bits / Nw)", "count": None, "per_word": None, "perplexity": exact, "vs_exact": 1.0}
+    )
     return rows
 
 
@@ -300,9 +328,15 @@ def piece_table(surprisal: np.ndarray, words: np.ndarray) -> tuple[list[dict], f
     for k, label in enumerate(PIECE_LABELS, 1):
         chosen = counted & ((pieces == k) if k < len(PIECE_LABELS) else (pieces >= k))
         n = int(chosen.sum())
-        rows.append({"pieces": label, "words": n, "bits_per_word": _mean(word_bits[chosen].sum(), n),
-                     "first_share": _mean((first_bits[chosen] / word_bits[chosen]).sum(), n),
-                     "share": _mean(word_bits[chosen].sum(), total)})
+        rows.append(
+            {
+                "pieces": label,
+                "words": n,
+                "bits_per_word": _mean(word_bits[chosen].sum(), n),
+                "first_share": _mean((first_bits[chosen] / word_bits[chosen]).sum(), n),
+                "share": _mean(word_bits[chosen].sum(), total),
+            }
+        )
     return rows, _mean(first_bits[counted].sum(), total)
 
 
@@ -329,9 +363,16 @@ def word_report(tokenizer: Tokenizer, ids: np.ndarray, surprisal: np.ndarray) ->
 def _totals(bits: float, tokens: int, n_bytes: int, words: int) -> dict:
     """Totals over the predicted text: bits per token, per byte and per word (words with
     one ``<eos>`` per line), and the word perplexity ``2^(bits per word)``."""
-    return {"bits": bits, "tokens": tokens, "bytes": n_bytes, "words": words,
-            "bits_per_token": _mean(bits, tokens), "bits_per_byte": _mean(bits, n_bytes),
-            "bits_per_word": _mean(bits, words), "word_perplexity": _power2(_mean(bits, words))}
+    return {
+        "bits": bits,
+        "tokens": tokens,
+        "bytes": n_bytes,
+        "words": words,
+        "bits_per_token": _mean(bits, tokens),
+        "bits_per_byte": _mean(bits, n_bytes),
+        "bits_per_word": _mean(bits, words),
+        "word_perplexity": _power2(_mean(bits, words)),
+    }
 
 
 # ----------------------------------------------------------------------------- the whole analysis
@@ -379,7 +420,9 @@ def analyze(
     report = {"tokenizer": tokenizer.name, "kind": what, "tokens": len(data), "streams": streams, "bptt": bptt}
     if what == "bytes":
         text = bytes(np.asarray(data, dtype=np.uint8))
-        counts = word_counts(bytes(np.asarray(train, dtype=np.uint8)), set(text.split())) if train is not None else Counter()
+        counts = (
+            word_counts(bytes(np.asarray(train, dtype=np.uint8)), set(text.split())) if train is not None else Counter()
+        )
         report.update(byte_report(text, surprisal, entropy, counts))
     elif what == "bpe":
         report.update(piece_report(tokenizer, data, surprisal))
@@ -413,33 +456,69 @@ def _byte_tables(report: dict) -> list[str]:
     """The byte model's tables: by position, by frequency, the naive conversion."""
     totals = report["totals"]
     lines = ["bits by character position in the word (words: runs of non-whitespace characters)"]
-    lines += _table(report["positions"], [("position", "position", ""), ("characters", "characters", ","),
-                                          ("surprisal", "surprisal (bits)", ".3f"), ("entropy", "entropy (bits)", ".3f"),
-                                          ("share", "share of bits", ".1%")])
+    lines += _table(
+        report["positions"],
+        [
+            ("position", "position", ""),
+            ("characters", "characters", ","),
+            ("surprisal", "surprisal (bits)", ".3f"),
+            ("entropy", "entropy (bits)", ".3f"),
+            ("share", "share of bits", ".1%"),
+        ],
+    )
     first = report["positions"][0]
     counted = sum(r["characters"] for r in report["positions"])
-    lines.append(f"first characters: {_format(_mean(first['characters'], counted), '.1%')} of the characters, "
-                 f"{_format(report['first_character_share'], '.1%')} of the bits")
+    lines.append(
+        f"first characters: {_format(_mean(first['characters'], counted), '.1%')} of the characters, "
+        f"{_format(report['first_character_share'], '.1%')} of the bits"
+    )
     lines += ["", "bits per word by the word's count in the train split"]
-    lines += _table(report["frequency"], [("frequency", "train count", ""), ("words", "words", ","),
-                                          ("characters", "chars/word", ".2f"), ("bits_per_word", "bits/word", ".3f"),
-                                          ("first_share", "first-char share (mean)", ".1%")])
+    lines += _table(
+        report["frequency"],
+        [
+            ("frequency", "train count", ""),
+            ("words", "words", ","),
+            ("characters", "chars/word", ".2f"),
+            ("bits_per_word", "bits/word", ".3f"),
+            ("first_share", "first-char share (mean)", ".1%"),
+        ],
+    )
     counts = report["counts"]
-    lines += ["", f"word perplexity from bits per byte: 2^(BPC * Nc / Nw), BPC {totals['bits_per_byte']:.4f}, "
-                  f"Nw = {counts['words']:,} words + {counts['lines']:,} lines = {counts['words'] + counts['lines']:,}"]
-    lines += _table(report["conversion"], [("nc", "Nc", ""), ("count", "count", ","), ("per_word", "Nc/Nw", ".3f"),
-                                           ("perplexity", "perplexity", ",.2f"), ("vs_exact", "vs exact", ".3f")])
-    lines.append("note: with Nc = bytes the conversion is the exact figure by construction (BPC * bytes = total bits); "
-                 "other countings of Nc rescale the exponent")
+    lines += [
+        "",
+        f"word perplexity from bits per byte: 2^(BPC * Nc / Nw), BPC {totals['bits_per_byte']:.4f}, "
+        f"Nw = {counts['words']:,} words + {counts['lines']:,} lines = {counts['words'] + counts['lines']:,}",
+    ]
+    lines += _table(
+        report["conversion"],
+        [
+            ("nc", "Nc", ""),
+            ("count", "count", ","),
+            ("per_word", "Nc/Nw", ".3f"),
+            ("perplexity", "perplexity", ",.2f"),
+            ("vs_exact", "vs exact", ".3f"),
+        ],
+    )
+    lines.append(
+        "note: with Nc = bytes the conversion is the exact figure by construction (BPC * bytes = total bits); "
+        "other countings of Nc rescale the exponent"
+    )
     return lines
 
 
 def _piece_tables(report: dict) -> list[str]:
     """The wordpiece model's table: bits per word by number of pieces."""
     lines = ["bits per word by its number of pieces (a word starts at a piece beginning with a space)"]
-    lines += _table(report["pieces"], [("pieces", "pieces", ""), ("words", "words", ","),
-                                       ("bits_per_word", "bits/word", ".3f"),
-                                       ("first_share", "first-piece share (mean)", ".1%"), ("share", "share of bits", ".1%")])
+    lines += _table(
+        report["pieces"],
+        [
+            ("pieces", "pieces", ""),
+            ("words", "words", ","),
+            ("bits_per_word", "bits/word", ".3f"),
+            ("first_share", "first-piece share (mean)", ".1%"),
+            ("share", "share of bits", ".1%"),
+        ],
+    )
     lines.append(f"first pieces: {_format(report['first_piece_share'], '.1%')} of the bits")
     return lines
 
@@ -451,7 +530,9 @@ def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> list[str]:
     for row in rows:
         cells.append([_format(row.get(key), spec) for key, _, spec in columns])
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    lines = ["  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))) for line in cells]
+    lines = [
+        "  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))) for line in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return lines
 

@@ -29,24 +29,22 @@ from typing import NamedTuple
 
 import torch
 
-from .checkpoint import (
-    is_pretrained,
-    load_model,
-    read_config,
-    read_info,
-    read_tokenizer,
-    resolve,
+from .checkpoint import is_pretrained, load_model, read_config, read_info, read_tokenizer, resolve
+from .compress import (
+    Header,
+    coding_device,
+    compress as encode,
+    decompress as decode,
+    online_config,
+    online_model,
+    read_header,
 )
-from .compress import Header, coding_device, online_config, online_model, read_header
-from .compress import compress as encode
-from .compress import decompress as decode
 from .config import TrainConfig, load_config, preset_names, to_yaml
 from .data import Corpus, load_corpus, read_bytes
 from .errors import CheckpointError, ConfigError, DataError
 from .evaluate import EvalResult, evaluate
 from .files import check_new, output_lock, write_atomically
-from .generate import filter_logits
-from .generate import generate as sample
+from .generate import filter_logits, generate as sample
 from .model import SHARNN
 from .progress import ProgressDisplay
 from .runtime import Runtime, resolve_device
@@ -92,8 +90,10 @@ class Evaluation:
         byte or bits per token, perplexity, and word perplexity where words are counted."""
         result, tokenizer = self.result, self.tokenizer
         unit = "bytes" if tokenizer.is_bytes else f"tokens ({tokenizer.name}: {result.bytes:,} bytes)"
-        lines = [f"{self.data}: {result.tokens:,} {unit} predicted, {self.streams} streams, windows of {self.window}",
-                 f"bits per byte: {result.bpc:.4f}"]
+        lines = [
+            f"{self.data}: {result.tokens:,} {unit} predicted, {self.streams} streams, windows of {self.window}",
+            f"bits per byte: {result.bpc:.4f}",
+        ]
         if tokenizer.is_bytes:
             lines += [f"nats per byte: {result.nats:.4f}", f"perplexity:    {result.perplexity:.4f}"]
         else:
@@ -104,8 +104,14 @@ class Evaluation:
 
 
 def evaluate_checkpoint(
-    path: str | Path, split: str = "test", file: str | Path | None = None, streams: int | None = None,
-    bptt: int | None = None, device: str = "auto", fast_path: str = "auto", quiet: bool = False,
+    path: str | Path,
+    split: str = "test",
+    file: str | Path | None = None,
+    streams: int | None = None,
+    bptt: int | None = None,
+    device: str = "auto",
+    fast_path: str = "auto",
+    quiet: bool = False,
 ) -> Evaluation:
     """Score a checkpoint (anything :func:`load` takes) with the paper's protocol
     (docs/evaluation.md), as ``sharnn eval`` does.
@@ -143,8 +149,16 @@ def evaluate_checkpoint(
         default_streams = config.valid_streams if split == "valid" else config.test_streams
     streams = streams or default_streams
     with ProgressDisplay("eval", enabled=not quiet) as progress:
-        result = evaluate(runtime.prepare(model), data, streams, window, runtime.autocast_dtype, progress=progress,
-                          tokenizer=tokenizer, count_words=count_words)
+        result = evaluate(
+            runtime.prepare(model),
+            data,
+            streams,
+            window,
+            runtime.autocast_dtype,
+            progress=progress,
+            tokenizer=tokenizer,
+            count_words=count_words,
+        )
     return Evaluation(result, what, streams, window, tokenizer)
 
 
@@ -170,8 +184,15 @@ class Generation:
 
 
 def generate_text(
-    path: str | Path, prompt: str | bytes | None = None, max_tokens: int = 512, temperature: float = 1.0,
-    top_k: int = 0, top_p: float = 1.0, seed: int | None = None, device: str = "auto", fast_path: str = "auto",
+    path: str | Path,
+    prompt: str | bytes | None = None,
+    max_tokens: int = 512,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    device: str = "auto",
+    fast_path: str = "auto",
     prompt_file: str | Path | None = None,
 ) -> Generation:
     """Sample one stream from a checkpoint (anything :func:`load` takes), as ``sharnn
@@ -202,14 +223,28 @@ def generate_text(
     if not len(prompts):  # whitespace alone is no word: start after a line, as an empty prompt does
         prompts = tokenizer.encode(b"\n")
     runtime = Runtime.resolve(device, config.precision if config else "auto", fast_path)
-    steps = sample(runtime.prepare(model), prompts.view(-1, 1), max_tokens, temperature, top_k, top_p, seed,
-                   autocast_dtype=runtime.autocast_dtype)
+    steps = sample(
+        runtime.prepare(model),
+        prompts.view(-1, 1),
+        max_tokens,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        autocast_dtype=runtime.autocast_dtype,
+    )
     return Generation(prompt, (tokenizer.decode_bytes([int(tokens[0])]) for tokens in steps))
 
 
 def analyze_tokenization(
-    path: str | Path, split: str = "test", streams: int | None = None, bptt: int | None = None,
-    max_tokens: int | None = None, device: str = "auto", fast_path: str = "auto", out: str | Path | None = None,
+    path: str | Path,
+    split: str = "test",
+    streams: int | None = None,
+    bptt: int | None = None,
+    max_tokens: int | None = None,
+    device: str = "auto",
+    fast_path: str = "auto",
+    out: str | Path | None = None,
     quiet: bool = False,
 ) -> tuple[dict, Path]:
     """Where a model's bits fall within words (paper §6.1; docs/tokenization.md), as
@@ -246,8 +281,16 @@ def analyze_tokenization(
     streams = streams or (config.valid_streams if split == "valid" else config.test_streams)
     data = corpus.split(split)[:max_tokens]
     with ProgressDisplay("analyze", enabled=not quiet) as progress:
-        report = analyze(runtime.prepare(model), tokenizer, data, streams, window, corpus.train,
-                         runtime.autocast_dtype, progress=progress)
+        report = analyze(
+            runtime.prepare(model),
+            tokenizer,
+            data,
+            streams,
+            window,
+            corpus.train,
+            runtime.autocast_dtype,
+            progress=progress,
+        )
     report.update(checkpoint=str(resolve(path)), data=config.data, split=split)
     return report, Path(out) if out is not None else path / "analysis"
 
@@ -290,15 +333,25 @@ class Coding:
         speed = f"{original / self.seconds:,.0f} bytes/s ({self.seconds:.1f} s)"
         if self.compressed:
             how = f"stored raw: coding gave {header.coded_bytes:,} bytes" if stored else f"{header.streams} streams"
-            return (f"compressed {name}: {self.read:,} -> {self.written:,} bytes, "
-                    f"{8 * self.written / max(self.read, 1):.4f} bits per byte, {how}, {speed}")
+            return (
+                f"compressed {name}: {self.read:,} -> {self.written:,} bytes, "
+                f"{8 * self.written / max(self.read, 1):.4f} bits per byte, {how}, {speed}"
+            )
         checked = "stored raw, its CRC32 checked" if stored else f"CRC32 of {header.streams} streams checked"
         return f"decompressed {name}: {self.read:,} -> {self.written:,} bytes, {checked}, {speed}"
 
 
 def compress_file(
-    source: str | Path, dest: str | Path, model: str | Path | None = None, *, online: bool = False,
-    settings: Sequence[str] = (), streams: int = 8, device: str = "cpu", force: bool = False, quiet: bool = False,
+    source: str | Path,
+    dest: str | Path,
+    model: str | Path | None = None,
+    *,
+    online: bool = False,
+    settings: Sequence[str] = (),
+    streams: int = 8,
+    device: str = "cpu",
+    force: bool = False,
+    quiet: bool = False,
 ) -> Coding:
     """Compress the file ``source`` to ``dest`` (``-``: standard input or output), exactly
     invertible by :func:`decompress_file` (docs/compression.md), as ``sharnn compress``.
@@ -344,7 +397,7 @@ def compress_file(
 
 
 def decompress_file(
-    source: str | Path, dest: str | Path, model: str | Path | None = None, *, force: bool = False, quiet: bool = False,
+    source: str | Path, dest: str | Path, model: str | Path | None = None, *, force: bool = False, quiet: bool = False
 ) -> Coding:
     """Decompress ``source`` to ``dest`` (``-``: standard input or output), as ``sharnn
     decompress``: every stream's CRC32 is checked before anything is written; on any
@@ -418,8 +471,12 @@ def _write_output(dest: Path, data: bytes) -> None:
 
 
 def train_run(
-    preset: str | None = None, config_file: str | Path | None = None, out: str | Path | None = None,
-    resume: str | Path | None = None, init_from: str | Path | None = None, overrides: Sequence[str] = (),
+    preset: str | None = None,
+    config_file: str | Path | None = None,
+    out: str | Path | None = None,
+    resume: str | Path | None = None,
+    init_from: str | Path | None = None,
+    overrides: Sequence[str] = (),
     quiet: bool = False,
 ) -> dict:
     """Train from a preset or config file with ``key=value`` overrides, or go on with the
@@ -446,8 +503,10 @@ def train_run(
 
     if resume is not None:
         if preset or config_file or out or init_from:
-            raise ConfigError("--resume continues a run with its own config: give no --preset, --config, --out or "
-                              "--init-from (key=value overrides may change its length, learning rate and cadence)")
+            raise ConfigError(
+                "--resume continues a run with its own config: give no --preset, --config, --out or "
+                "--init-from (key=value overrides may change its length, learning rate and cadence)"
+            )
         return train(resume_config(resume, overrides), resume, resume=True, quiet=quiet)
     if preset and config_file:
         raise ConfigError("give --preset or --config, not both")
@@ -460,15 +519,21 @@ def train_run(
     else:
         config = load_config(source, overrides)
     if out is None:  # under torchrun, the main process's time names the folder of every process
-        stamp = Distributed.from_environment(resolve_device(config.device).type).share(f"{datetime.now():%Y%m%d-%H%M%S}")
+        stamp = Distributed.from_environment(resolve_device(config.device).type).share(
+            f"{datetime.now():%Y%m%d-%H%M%S}"
+        )
         out = Path("runs") / f"{Path(source).stem}-{stamp}"
     return train(config, out, quiet=quiet)
 
 
 def format_summary(summary: dict) -> str:
     """The line ``sharnn train`` prints for the summary :func:`train_run` returns."""
-    on = {split: f" on the first {summary[f'{split}_prefix_bytes']:,} bytes" if summary.get(f"{split}_prefix_bytes") else ""
-          for split in ("valid", "test")}
+    on = {
+        split: f" on the first {summary[f'{split}_prefix_bytes']:,} bytes"
+        if summary.get(f"{split}_prefix_bytes")
+        else ""
+        for split in ("valid", "test")
+    }
     return (
         f"done: valid {summary['valid_bpc']:.4f} BPC (best, step {summary['best_step']}{',' * bool(on['valid'])}{on['valid']}), "
         f"test {summary['test_bpc']:.4f} BPC{on['test']}"
@@ -504,7 +569,9 @@ def info(target: str | Path | None = None) -> str:
     lines = [text.rstrip(), ""]
     lines += [f"  {part:<24} {count:>14,}" for part, count in model.parameter_counts().items() if count]
     total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)
-    lines.append(f"parameters: {total:,} trainable ({total / 1e6:.2f}M), {collapsed:,} collapsed ({collapsed / 1e6:.2f}M)")
+    lines.append(
+        f"parameters: {total:,} trainable ({total / 1e6:.2f}M), {collapsed:,} collapsed ({collapsed / 1e6:.2f}M)"
+    )
     return "\n".join(lines + [scores] * bool(scores))
 
 

@@ -53,9 +53,9 @@ import shutil
 import zipfile
 from pathlib import Path
 
+import safetensors.torch
 import torch
 from safetensors import SafetensorError, safe_open
-import safetensors.torch
 from safetensors.torch import load_file
 
 from .config import TrainConfig, load_config, to_yaml
@@ -65,7 +65,12 @@ from .model import SHARNN, SHARNNConfig, State, pretrained_config
 from .pretrained import CONFIG_JSON, apply_weights, read_config_json
 from .tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
 
-MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = "model.safetensors", "state.safetensors", "trainer.pt", "config.yaml"
+MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = (
+    "model.safetensors",
+    "state.safetensors",
+    "trainer.pt",
+    "config.yaml",
+)
 TRAIN_CONFIG_FILE = "train_config.yaml"  # an exported folder's TrainConfig
 # The staging folders of checkpoints and links (sharnn.files.staging_folder: tempfile's names).
 _STAGING = re.compile(r"\.(step-\d{8}|latest|best)\.[a-z0-9_]{8}\.tmp")
@@ -181,7 +186,9 @@ def read_checkpoint(folder: Path, n_layers: int, device: str | torch.device = "c
             state["trainer"] = torch.load(file, map_location=device, weights_only=True)
     except (OSError, RuntimeError, SafetensorError, KeyError, EOFError, pickle.UnpicklingError) as e:
         reason = str(e).splitlines()[0] if isinstance(e, (OSError, SafetensorError, KeyError)) else "corrupt"
-        raise CheckpointError(f"cannot read the checkpoint in {folder}: {file.name} is missing or corrupt ({reason})") from None
+        raise CheckpointError(
+            f"cannot read the checkpoint in {folder}: {file.name} is missing or corrupt ({reason})"
+        ) from None
     return state
 
 
@@ -211,8 +218,10 @@ def resolve(path: str | Path) -> Path:
             return candidate.resolve()
     if is_pretrained(path):
         return path.resolve()
-    raise CheckpointError(f"no checkpoint at {path} (expected {MODEL_FILE} with {CONFIG_FILE} (a checkpoint) or "
-                          f"{CONFIG_JSON} (save_pretrained, sharnn export), or a run folder)")
+    raise CheckpointError(
+        f"no checkpoint at {path} (expected {MODEL_FILE} with {CONFIG_FILE} (a checkpoint) or "
+        f"{CONFIG_JSON} (save_pretrained, sharnn export), or a run folder)"
+    )
 
 
 def is_pretrained(folder: Path) -> bool:
@@ -234,8 +243,10 @@ def read_config(path: str | Path) -> TrainConfig:
     if not is_pretrained(folder):
         return _load_config(folder / CONFIG_FILE)
     if not (folder / TRAIN_CONFIG_FILE).is_file():
-        raise CheckpointError(f"{folder} has no {TRAIN_CONFIG_FILE} (saved with save_pretrained, not sharnn export): "
-                              f"it does not record the data or the evaluation protocol")
+        raise CheckpointError(
+            f"{folder} has no {TRAIN_CONFIG_FILE} (saved with save_pretrained, not sharnn export): "
+            f"it does not record the data or the evaluation protocol"
+        )
     return _load_config(folder / TRAIN_CONFIG_FILE, read_model_config(folder))
 
 
@@ -338,7 +349,9 @@ class RunCheckpoints:
                 shutil.rmtree(folder)
         return target
 
-    def rewrite(self, step: int, config: TrainConfig, state: dict, best: bool, info: dict[str, str] | None = None) -> Path:
+    def rewrite(
+        self, step: int, config: TrainConfig, state: dict, best: bool, info: dict[str, str] | None = None
+    ) -> Path:
         """Write the checkpoint of ``step`` again in place, for a validation done after it
         was saved: its ``model.safetensors`` (whose header holds ``info``) and then its
         ``trainer.pt``, each replaced atomically, so that a crash between the two leaves

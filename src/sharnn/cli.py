@@ -24,23 +24,39 @@ import sharnn
 from .console import Group
 
 # The options several commands share.
-_force_out = click.option("--force", "-f", is_flag=True, help="Replace --out if it is a symbolic link (the link, "
-                                                              "never its target); an existing folder is never replaced.")
-_force_dest = click.option("--force", "-f", is_flag=True,
-                           help="Replace DEST if it is a file or a symbolic link (the link, never its target).")
+_force_out = click.option(
+    "--force",
+    "-f",
+    is_flag=True,
+    help="Replace --out if it is a symbolic link (the link, never its target); an existing folder is never replaced.",
+)
+_force_dest = click.option(
+    "--force", "-f", is_flag=True, help="Replace DEST if it is a file or a symbolic link (the link, never its target)."
+)
 _quiet = click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 _split = click.option("--split", type=click.Choice(["valid", "test"]), default="test", show_default=True)
-_bptt = click.option("--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt].")
+_bptt = click.option(
+    "--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt]."
+)
 
 
-_streams = click.option("--streams", default=None, type=click.IntRange(min=1),
-                        help="Parallel streams [default: the run's valid_streams or test_streams].")
+_streams = click.option(
+    "--streams",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Parallel streams [default: the run's valid_streams or test_streams].",
+)
 
 
 def _runtime(command):
     """The --device and --fast-path options of eval, generate and analyze."""
-    command = click.option("--fast-path", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-                           help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.")(command)
+    command = click.option(
+        "--fast-path",
+        type=click.Choice(["auto", "on", "off"]),
+        default="auto",
+        show_default=True,
+        help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.",
+    )(command)
     return click.option("--device", default="auto", show_default=True)(command)
 
 
@@ -63,7 +79,11 @@ def prepare():
 
 
 @prepare.command("enwik8")
-@click.option("--source", default=None, help="enwik8.zip or the raw enwik8 file: a path or an http(s) URL [default: the canonical URL].")
+@click.option(
+    "--source",
+    default=None,
+    help="enwik8.zip or the raw enwik8 file: a path or an http(s) URL [default: the canonical URL].",
+)
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
 @_force_out
 def prepare_enwik8_command(source, out, force):
@@ -75,9 +95,13 @@ def prepare_enwik8_command(source, out, force):
 
 
 @prepare.command("wikitext-2")
-@click.option("--source", default=None, type=click.Path(path_type=Path),
-              help="wikitext-2-v1.zip, or a folder with wiki.{train,valid,test}.tokens or {train,valid,test}.txt "
-                   "(.gz or not) [default: the copy bundled with sharnn].")
+@click.option(
+    "--source",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="wikitext-2-v1.zip, or a folder with wiki.{train,valid,test}.tokens or {train,valid,test}.txt "
+    "(.gz or not) [default: the copy bundled with sharnn].",
+)
 @click.option("--tokenizer", default="words", show_default=True, help="bytes, words or bpe:N (e.g. bpe:8000).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
 @_force_out
@@ -91,15 +115,21 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
     lengths = corpus.tokenizer.byte_lengths()
     for name in SPLITS:
         ids = corpus.split(name)
-        click.echo(f"{name}: {len(ids):,} tokens, {int(lengths[ids].sum()):,} bytes, {corpus.words[name]:,} words + <eos>")
+        click.echo(
+            f"{name}: {len(ids):,} tokens, {int(lengths[ids].sum()):,} bytes, {corpus.words[name]:,} words + <eos>"
+        )
     click.echo(f"prepared WikiText-2 with {corpus.tokenizer.name} ({corpus.tokenizer.vocab_size:,} token ids) in {out}")
 
 
 @prepare.command("corpus")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-@click.option("--valid-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
-@click.option("--test-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True))
+@click.option(
+    "--valid-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True)
+)
+@click.option(
+    "--test-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True)
+)
 @click.option("--tokenizer", default="bytes", show_default=True, help="bytes or bpe:N (trained on the train split).")
 @_force_out
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
@@ -114,13 +144,23 @@ def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer
 @main.command()
 @click.option("--preset", default=None, help="A bundled preset (see `sharnn info`).")
 @click.option("--config", "config_file", default=None, type=click.Path(path_type=Path), help="A YAML config file.")
-@click.option("--out", default=None, type=click.Path(path_type=Path), help="Run folder to create [default: runs/NAME-TIMESTAMP].")
-@click.option("--resume", default=None, type=click.Path(path_type=Path),
-              help="Continue the run in this folder from its latest checkpoint; overrides may change its length, "
-                   "learning rate and cadence.")
-@click.option("--init-from", default=None, type=click.Path(path_type=Path),
-              help="Start from the weights of this run (its best checkpoint) or checkpoint: the model is its, the "
-                   "data and recipe come from the preset or config; a new optimizer and schedule.")
+@click.option(
+    "--out", default=None, type=click.Path(path_type=Path), help="Run folder to create [default: runs/NAME-TIMESTAMP]."
+)
+@click.option(
+    "--resume",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Continue the run in this folder from its latest checkpoint; overrides may change its length, "
+    "learning rate and cadence.",
+)
+@click.option(
+    "--init-from",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Start from the weights of this run (its best checkpoint) or checkpoint: the model is its, the "
+    "data and recipe come from the preset or config; a new optimizer and schedule.",
+)
 @_quiet
 @click.argument("overrides", nargs=-1)
 def train(preset, config_file, out, resume, init_from, quiet, overrides):
@@ -141,8 +181,15 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 @main.command("eval")
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @_split
-@click.option("--file", "file", default=None, type=click.Path(path_type=Path), help="Evaluate on this file instead of a split.")
-@click.option("--streams", default=None, type=click.IntRange(min=1), help="Parallel streams [default: the run's valid_streams or test_streams; test_streams for files].")
+@click.option(
+    "--file", "file", default=None, type=click.Path(path_type=Path), help="Evaluate on this file instead of a split."
+)
+@click.option(
+    "--streams",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Parallel streams [default: the run's valid_streams or test_streams; test_streams for files].",
+)
 @_bptt
 @_runtime
 def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
@@ -156,10 +203,17 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--prompt", default=None, help="Prompt text (UTF-8).")
 @click.option("--prompt-file", default=None, type=click.Path(path_type=Path), help="Read the prompt bytes from a file.")
-@click.option("--max-bytes", default=512, show_default=True, type=click.IntRange(min=0),
-              help="Bytes to generate (tokens, for a words or wordpiece model).")
+@click.option(
+    "--max-bytes",
+    default=512,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Bytes to generate (tokens, for a words or wordpiece model).",
+)
 @click.option("--temperature", default=1.0, show_default=True, type=float, help="0: greedy; must be finite.")
-@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0), help="Keep the k most likely bytes (0: all).")
+@click.option(
+    "--top-k", default=0, show_default=True, type=click.IntRange(min=0), help="Keep the k most likely bytes (0: all)."
+)
 @click.option("--top-p", default=1.0, show_default=True, type=float, help="Nucleus sampling mass, in (0, 1].")
 @click.option("--seed", default=None, type=int, help="Seed for reproducible samples.")
 @_runtime
@@ -168,8 +222,9 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     streaming the text to standard output as it comes: --max-bytes bytes from a byte
     model, as many tokens from a words or wordpiece model. Invalid UTF-8 is shown with
     replacement characters."""
-    for text in sharnn.generate_text(checkpoint, prompt, max_bytes, temperature, top_k, top_p, seed, device, fast_path,
-                              prompt_file).text():
+    for text in sharnn.generate_text(
+        checkpoint, prompt, max_bytes, temperature, top_k, top_p, seed, device, fast_path, prompt_file
+    ).text():
         sys.stdout.write(text)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -178,31 +233,62 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
 @main.command()
 @click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
 @click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
-@click.option("--model", "model_path", default=None, type=click.Path(path_type=Path),
-              help="The run (its best checkpoint) or checkpoint that predicts the bytes.")
-@click.option("--online", is_flag=True,
-              help="No model file: a fixed-seed model learns from the bytes already coded; key=value overrides "
-                   "change its settings (e.g. lr=0.003 bptt=64).")
-@click.option("--streams", default=8, show_default=True, type=click.IntRange(min=1),
-              help="Contiguous pieces coded side by side: faster, each starts cold.")
-@click.option("--device", default="cpu", show_default=True,
-              help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.")
+@click.option(
+    "--model",
+    "model_path",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="The run (its best checkpoint) or checkpoint that predicts the bytes.",
+)
+@click.option(
+    "--online",
+    is_flag=True,
+    help="No model file: a fixed-seed model learns from the bytes already coded; key=value overrides "
+    "change its settings (e.g. lr=0.003 bptt=64).",
+)
+@click.option(
+    "--streams",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Contiguous pieces coded side by side: faster, each starts cold.",
+)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.",
+)
 @_force_dest
 @_quiet
 @click.argument("overrides", nargs=-1)
 def compress(source, dest, model_path, online, streams, device, force, quiet, overrides):
     """Compress SOURCE to DEST (`-`: standard input or output) with a model, exactly
     invertible by `sharnn decompress` (docs/compression.md)."""
-    done = sharnn.compress_file(source, dest, model_path, online=online, settings=overrides, streams=streams, device=device,
-                         force=force, quiet=quiet)
+    done = sharnn.compress_file(
+        source,
+        dest,
+        model_path,
+        online=online,
+        settings=overrides,
+        streams=streams,
+        device=device,
+        force=force,
+        quiet=quiet,
+    )
     click.echo(done.format(source), err=str(dest) == "-")
 
 
 @main.command()
 @click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
 @click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
-@click.option("--model", "model_path", default=None, type=click.Path(path_type=Path),
-              help="The run or checkpoint SOURCE was compressed with (not for --online files).")
+@click.option(
+    "--model",
+    "model_path",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="The run or checkpoint SOURCE was compressed with (not for --online files).",
+)
 @_force_dest
 @_quiet
 def decompress(source, dest, model_path, force, quiet):
@@ -215,8 +301,11 @@ def decompress(source, dest, model_path, force, quiet):
 @main.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create; it must not exist.")
-@click.option("--collapse", is_flag=True, help="Fold each value-gate network into its constant first: fewer "
-                                               "parameters, the same outputs.")
+@click.option(
+    "--collapse",
+    is_flag=True,
+    help="Fold each value-gate network into its constant first: fewer parameters, the same outputs.",
+)
 @_force_out
 def export(checkpoint, out, collapse, force):
     """Write a run's best checkpoint (or the given checkpoint) as a folder to share in the
@@ -235,9 +324,19 @@ def analyze():
 @_split
 @_streams
 @_bptt
-@click.option("--max-tokens", default=None, type=click.IntRange(min=2), help="Score only the first N tokens of the split, for a quick look [default: all].")
+@click.option(
+    "--max-tokens",
+    default=None,
+    type=click.IntRange(min=2),
+    help="Score only the first N tokens of the split, for a quick look [default: all].",
+)
 @_runtime
-@click.option("--out", default=None, type=click.Path(path_type=Path), help="Folder for the JSON and PNG files [default: RUN/analysis; required for a checkpoint or an exported folder].")
+@click.option(
+    "--out",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Folder for the JSON and PNG files [default: RUN/analysis; required for a checkpoint or an exported folder].",
+)
 def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, device, fast_path, out):
     """Where a model's bits fall within words, and what converting its perplexity to
     another tokenization's hides (paper §6.1; docs/tokenization.md): for a byte model,

@@ -127,11 +127,18 @@ def environment(device: torch.device) -> dict:
     """What the model's arithmetic depends on besides its weights: the device, the torch
     version, the CPU's vector capability and torch's thread count; on CUDA also the GPU's
     name and the CUDA and cuDNN versions."""
-    env = {"device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    env = {
+        "device": device.type,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     if device.type == "cuda":
-        env |= {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda,
-                "cudnn": torch.backends.cudnn.version()}
+        env |= {
+            "gpu": torch.cuda.get_device_name(device),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+        }
     return env
 
 
@@ -162,7 +169,11 @@ def stream_lengths(length: int, streams: int) -> list[int]:
 
 
 def compress(
-    data: bytes, model: SHARNN, *, streams: int = 8, online: TrainConfig | None = None,
+    data: bytes,
+    model: SHARNN,
+    *,
+    streams: int = 8,
+    online: TrainConfig | None = None,
     progress: ProgressDisplay | None = None,
 ) -> bytes:
     """Compress ``data``.
@@ -186,14 +197,25 @@ def compress(
     """
     header, payload = _code(data, model, streams=streams, online=online, progress=progress)
     coded = _pack(header) + payload
-    stored = _pack(dataclasses.replace(
-        header, storage="stored", coded_bytes=len(coded), streams=0, stream_crc32=[], payload_bytes=len(data),
-        payload_crc32=zlib.crc32(data))) + data
+    stored = (
+        _pack(
+            dataclasses.replace(
+                header,
+                storage="stored",
+                coded_bytes=len(coded),
+                streams=0,
+                stream_crc32=[],
+                payload_bytes=len(data),
+                payload_crc32=zlib.crc32(data),
+            )
+        )
+        + data
+    )
     return stored if len(stored) < len(coded) else coded
 
 
 def _code(
-    data: bytes, model: SHARNN, *, streams: int, online: TrainConfig | None, progress: ProgressDisplay | None,
+    data: bytes, model: SHARNN, *, streams: int, online: TrainConfig | None, progress: ProgressDisplay | None
 ) -> tuple[Header, bytes]:
     """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
     if streams < 1:
@@ -215,9 +237,14 @@ def _code(
     payload = encoder.get_compressed().astype("<u4").tobytes()
     starts = np.cumsum([0, *lengths])
     header = Header(
-        mode="model" if online is None else "online", model_sha256=fingerprint, length=len(data),
-        streams=len(lengths), stream_crc32=[zlib.crc32(data[a:b]) for a, b in zip(starts[:-1], starts[1:])],
-        payload_bytes=len(payload), payload_crc32=zlib.crc32(payload), environment=environment(_device(model)),
+        mode="model" if online is None else "online",
+        model_sha256=fingerprint,
+        length=len(data),
+        streams=len(lengths),
+        stream_crc32=[zlib.crc32(data[a:b]) for a, b in zip(starts[:-1], starts[1:])],
+        payload_bytes=len(payload),
+        payload_crc32=zlib.crc32(payload),
+        environment=environment(_device(model)),
         online=None if online is None else _online_settings(online),
     )
     return header, payload
@@ -242,8 +269,9 @@ def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
         raise DataError(f"{name} is not a sharnn compressed file")
     _, version, size = _PREFIX.unpack_from(blob)
     if version not in READABLE_VERSIONS:
-        raise DataError(f"{name} has format version {version}; this sharnn reads versions "
-                        f"{', '.join(map(str, READABLE_VERSIONS))}")
+        raise DataError(
+            f"{name} has format version {version}; this sharnn reads versions {', '.join(map(str, READABLE_VERSIONS))}"
+        )
     end = _PREFIX.size + size
     if len(blob) < end + _CRC.size:
         raise DataError(f"{name} is truncated (its header is incomplete)")
@@ -253,15 +281,16 @@ def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
     header = _check_header(_parse_header(text, name), version, name)
     payload = blob[end + _CRC.size :]
     if len(payload) != header.payload_bytes:
-        raise DataError(f"{name} is truncated or extended: {len(payload):,} payload bytes, the header says "
-                        f"{header.payload_bytes:,}")
+        raise DataError(
+            f"{name} is truncated or extended: {len(payload):,} payload bytes, the header says {header.payload_bytes:,}"
+        )
     if zlib.crc32(payload) != header.payload_crc32:
         raise DataError(f"{name} is corrupt: its payload fails its CRC32 check")
     return header, payload
 
 
 def decompress(
-    blob: bytes, model: SHARNN | None = None, *, name: str = "input", progress: ProgressDisplay | None = None,
+    blob: bytes, model: SHARNN | None = None, *, name: str = "input", progress: ProgressDisplay | None = None
 ) -> bytes:
     """Invert :func:`compress`.
 
@@ -292,14 +321,21 @@ def decompress(
         online = load_config(header.online)
         model = online_model(online).to(coding_device(header, name))
     elif model is None:
-        raise CheckpointError(f"{name} was compressed with a model (sha256 {header.model_sha256[:16]}...): "
-                              "give it with --model")
+        raise CheckpointError(
+            f"{name} was compressed with a model (sha256 {header.model_sha256[:16]}...): give it with --model"
+        )
     else:
         online = None
     fingerprint = model_sha256(model)
     if fingerprint != header.model_sha256:
-        what = "the fixed-seed online model differs on this machine" if online else "this is not the model it was compressed with"
-        raise CheckpointError(f"{name}: {what} (sha256 {fingerprint[:16]}..., the file says {header.model_sha256[:16]}...)")
+        what = (
+            "the fixed-seed online model differs on this machine"
+            if online
+            else "this is not the model it was compressed with"
+        )
+        raise CheckpointError(
+            f"{name}: {what} (sha256 {fingerprint[:16]}..., the file says {header.model_sha256[:16]}...)"
+        )
     if not header.length:
         return b""
     decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
@@ -314,8 +350,9 @@ def decompress(
     except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
         raise DataError(f"{name} does not decode: {e}") from None
     except MemoryError:
-        raise DataError(f"{name}: decoding its {header.length:,} bytes needs more memory than this machine "
-                        "has") from None
+        raise DataError(
+            f"{name}: decoding its {header.length:,} bytes needs more memory than this machine has"
+        ) from None
     return _check_streams(grid, lengths, header, name, _device(model))
 
 
@@ -326,8 +363,10 @@ def coding_device(header: Header, name: str = "input") -> torch.device:
         ConfigError: a file coded on CUDA, on a machine without it.
     """
     if header.environment["device"] == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{name} was compressed on CUDA ({header.environment.get('gpu')}): decompress it on a "
-                          "machine with the same GPU type and library versions")
+        raise ConfigError(
+            f"{name} was compressed on CUDA ({header.environment.get('gpu')}): decompress it on a "
+            "machine with the same GPU type and library versions"
+        )
     return torch.device(header.environment["device"])
 
 
@@ -347,7 +386,10 @@ def torch_threads(count: int):
 
 @torch.no_grad()
 def _walk(
-    model: SHARNN, lengths: list[int], code: Callable[[int, np.ndarray], np.ndarray], online: TrainConfig | None,
+    model: SHARNN,
+    lengths: list[int],
+    code: Callable[[int, np.ndarray], np.ndarray],
+    online: TrainConfig | None,
     progress: ProgressDisplay | None,
 ) -> np.ndarray:
     """Walk the streams in lockstep, one position at a time, for both directions.
@@ -409,8 +451,9 @@ class _OnlineLearner:
             group["lr"] = learning_rate(self.config, self.steps, 0)
         self.model.train()
         with torch.enable_grad():
-            _, _, self.state = train_step(self.model, self.optimizer, self.scaler, window[:-1], window[1:],
-                                          self.state, self.config.clip)
+            _, _, self.state = train_step(
+                self.model, self.optimizer, self.scaler, window[:-1], window[1:], self.state, self.config.clip
+            )
         self.model.eval()
 
 
@@ -435,8 +478,10 @@ def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: s
         here, there = environment(device), header.environment
         differs = [f"{k} {there[k]} (here {here.get(k)})" for k in there if k != "threads" and there[k] != here.get(k)]
         hint = f"; it was compressed with {', '.join(differs)}" if differs else ""
-        raise DataError(f"{name}: stream {bad[0]} decodes to bytes that fail its CRC32 check ({len(bad)} of "
-                        f"{len(lengths)} streams){hint}; nothing was written")
+        raise DataError(
+            f"{name}: stream {bad[0]} decodes to bytes that fail its CRC32 check ({len(bad)} of "
+            f"{len(lengths)} streams){hint}; nothing was written"
+        )
     return b"".join(pieces)
 
 
@@ -455,6 +500,7 @@ def _frame(text: bytes, version: int) -> bytes:
 
 def _parse_header(text: bytes, name: str) -> object:
     """The header's JSON (UTF-8; no duplicate keys, no NaN or Infinity), or :class:`DataError`."""
+
     def no_duplicates(pairs: list) -> dict:
         keys = [key for key, _ in pairs]
         if len(set(keys)) != len(keys):
@@ -501,14 +547,18 @@ def _check_header(fields: object, version: int, name: str) -> Header:
         raise DataError(f"{name} is corrupt: its header is a JSON {type(fields).__name__}, not an object")
     missing, unknown = sorted(_KEYS[version] - fields.keys()), sorted(fields.keys() - _KEYS[version])
     if missing or unknown:
-        what = [f"lacks {', '.join(missing)}"] * bool(missing) + [f"has unknown keys {', '.join(unknown)}"] * bool(unknown)
+        what = [f"lacks {', '.join(missing)}"] * bool(missing) + [f"has unknown keys {', '.join(unknown)}"] * bool(
+            unknown
+        )
         raise DataError(f"{name} is corrupt: its version-{version} header {' and '.join(what)}")
     for key, value in fields.items():
         valid, expected = _FIELDS[key]
         if not valid(value):
             shown = json.dumps(value)
-            raise DataError(f"{name} is corrupt: its header's {key} is "
-                            f"{shown if len(shown) <= 40 else shown[:37] + '...'}, not {expected}")
+            raise DataError(
+                f"{name} is corrupt: its header's {key} is "
+                f"{shown if len(shown) <= 40 else shown[:37] + '...'}, not {expected}"
+            )
     header = Header(**fields)
     for problem in (_environment_problem(header.environment), _layout_problem(header)):
         if problem:
@@ -527,11 +577,19 @@ def _environment_problem(env: dict) -> str | None:
     if env.keys() != kinds.keys():
         return f"environment has keys {', '.join(sorted(env))}, not {', '.join(sorted(kinds))}"
     wrong = [key for key, allowed in kinds.items() if type(env[key]) not in allowed]
-    wrong = wrong or [key for key, valid in (("device", env["device"] in ("cpu", "cuda")),
-                                             ("threads", 1 <= env["threads"] <= _MAX_THREADS)) if not valid]
+    wrong = wrong or [
+        key
+        for key, valid in (
+            ("device", env["device"] in ("cpu", "cuda")),
+            ("threads", 1 <= env["threads"] <= _MAX_THREADS),
+        )
+        if not valid
+    ]
     if wrong:
-        return (f"environment.{wrong[0]} is {json.dumps(env[wrong[0]])[:40]} (device: cpu or cuda; threads: 1 to "
-                f"{_MAX_THREADS})")
+        return (
+            f"environment.{wrong[0]} is {json.dumps(env[wrong[0]])[:40]} (device: cpu or cuda; threads: 1 to "
+            f"{_MAX_THREADS})"
+        )
     return None
 
 
@@ -565,8 +623,10 @@ def _check_online(settings: dict, name: str) -> None:
     """A header's online settings: the :data:`ONLINE_KEYS`, a valid configuration, a model
     of at most :data:`MAX_ONLINE_PARAMETERS` parameters; or :class:`DataError`."""
     if settings.keys() != set(ONLINE_KEYS):
-        raise DataError(f"{name} is corrupt: its header's online settings have keys {', '.join(sorted(settings))}, "
-                        f"not {', '.join(sorted(ONLINE_KEYS))}")
+        raise DataError(
+            f"{name} is corrupt: its header's online settings have keys {', '.join(sorted(settings))}, "
+            f"not {', '.join(sorted(ONLINE_KEYS))}"
+        )
     try:
         _check_online_size(load_config(settings))
     except ConfigError as e:
@@ -579,8 +639,9 @@ def _check_online_size(config: TrainConfig) -> None:
     with torch.device("meta"):
         parameters = SHARNN(config.model).num_parameters()
     if parameters > MAX_ONLINE_PARAMETERS:
-        raise ConfigError(f"online mode's model would have {parameters:,} parameters; at most "
-                          f"{MAX_ONLINE_PARAMETERS:,} are allowed")
+        raise ConfigError(
+            f"online mode's model would have {parameters:,} parameters; at most {MAX_ONLINE_PARAMETERS:,} are allowed"
+        )
 
 
 def _online_settings(config: TrainConfig) -> dict:
@@ -595,4 +656,6 @@ def _device(model: SHARNN) -> torch.device:
 
 def _check_byte_model(model: SHARNN) -> None:
     if model.config.vocab_size != 256:
-        raise ConfigError(f"compression codes bytes: the model's vocabulary has {model.config.vocab_size} tokens, not 256")
+        raise ConfigError(
+            f"compression codes bytes: the model's vocabulary has {model.config.vocab_size} tokens, not 256"
+        )

@@ -118,12 +118,31 @@ class TrainConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{f.name} must be a finite number, got {value}")
-        positive = ("train_streams", "valid_streams", "test_streams", "bptt", "epochs", "log_every_steps", "checkpoint_every_steps")
+        positive = (
+            "train_streams",
+            "valid_streams",
+            "test_streams",
+            "bptt",
+            "epochs",
+            "log_every_steps",
+            "checkpoint_every_steps",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        non_negative = ("eps", "weight_decay", "min_trust", "clip", "warmup_steps", "max_steps", "max_seconds", "valid_every_steps", "sample_bytes",
-                        "valid_max_bytes", "test_max_bytes")
+        non_negative = (
+            "eps",
+            "weight_decay",
+            "min_trust",
+            "clip",
+            "warmup_steps",
+            "max_steps",
+            "max_seconds",
+            "valid_every_steps",
+            "sample_bytes",
+            "valid_max_bytes",
+            "test_max_bytes",
+        )
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -152,7 +171,9 @@ class TrainConfig:
 
 def preset_names() -> list[str]:
     """Names of the bundled presets (``sharnn/presets/*.yaml``)."""
-    return sorted(p.name[:-5] for p in resources.files("sharnn").joinpath("presets").iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name[:-5] for p in resources.files("sharnn").joinpath("presets").iterdir() if p.name.endswith(".yaml")
+    )
 
 
 def load_config(
@@ -208,8 +229,9 @@ def _read_mapping(source: str | Path) -> dict:
         if path.is_dir() and (path / "config.yaml").is_file():
             path = path / "config.yaml"
         if path.is_dir():
-            raise ConfigError(f"{name} is a folder without config.yaml; give a preset, a YAML file, or a run or "
-                              f"checkpoint folder")
+            raise ConfigError(
+                f"{name} is a folder without config.yaml; give a preset, a YAML file, or a run or checkpoint folder"
+            )
         if not path.is_file():
             raise ConfigError(f"unknown preset or config file {name!r} (presets: {', '.join(preset_names())})")
         try:
@@ -251,4 +273,3 @@ def _spell_fast_path(merged: DictConfig) -> None:
     """YAML reads ``on``/``off`` (and yes/no, true/false) as booleans, which reach the
     string field as "True"/"False": spell them as the setting's words."""
     merged.fast_path = {"true": "on", "false": "off"}.get(str(merged.fast_path).lower(), merged.fast_path)
-

@@ -73,11 +73,12 @@ def _import_torch() -> None:
     on half done, so an exception raised inside it can turn into another error (and a
     traceback) further on."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
-        import torch  # noqa: F401
+        import torch
+
         return
     previous = {sig: signal.signal(sig, _exit_at_once) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        import torch  # noqa: F401, F811
+        import torch  # noqa: F401
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

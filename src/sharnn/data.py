@@ -114,8 +114,10 @@ def _load_prepared(path: Path) -> Corpus:
         raise DataError(f"prepared corpus {path}: unreadable meta.json ({e}); prepare it again") from None
     tokenizer = load_tokenizer(path)
     if tokenizer.name != meta.get("tokenizer", "bytes"):
-        raise DataError(f"prepared corpus {path}: meta.json names the {meta.get('tokenizer')} tokenizer but "
-                        f"tokenizer.json holds {tokenizer.name}; prepare it again")
+        raise DataError(
+            f"prepared corpus {path}: meta.json names the {meta.get('tokenizer')} tokenizer but "
+            f"tokenizer.json holds {tokenizer.name}; prepare it again"
+        )
     splits = []
     for name in SPLITS:
         file = path / f"{name}.bin"
@@ -124,8 +126,10 @@ def _load_prepared(path: Path) -> Corpus:
         size, expected = file.stat().st_size, meta.get(f"{name}_tokens", meta.get(f"{name}_bytes"))
         if size % dtype.itemsize or (expected is not None and size // dtype.itemsize != expected):
             recorded = f"the {expected:,}" if expected is not None else "whole"
-            raise DataError(f"prepared corpus {path}: {file.name} has {size:,} bytes, not {recorded} "
-                            f"{dtype} tokens meta.json records; prepare it again")
+            raise DataError(
+                f"prepared corpus {path}: {file.name} has {size:,} bytes, not {recorded} "
+                f"{dtype} tokens meta.json records; prepare it again"
+            )
         splits.append(np.memmap(file, dtype=dtype, mode="c") if size else np.zeros(0, dtype))
     words = {name: meta[f"{name}_words"] for name in SPLITS} if all(f"{s}_words" in meta for s in SPLITS) else None
     return Corpus(*splits, source=str(path), tokenizer=tokenizer, words=words)
@@ -167,7 +171,9 @@ def get_batch(batched: Tensor, row: int, length: int, device: torch.device | str
     """Inputs ``[T, B]`` = rows ``row .. row+T-1`` and targets ``[T, B]`` = rows
     ``row+1 .. row+T``, as int64 on ``device``. To CUDA, the ``[T + 1, B]`` token ids go through
     pinned memory and are copied asynchronously: the host never waits for the GPU here."""
-    window = batched[row : row + length + 1].contiguous()  # a small copy: pinning a strided view would pin its whole span
+    window = batched[
+        row : row + length + 1
+    ].contiguous()  # a small copy: pinning a strided view would pin its whole span
     if torch.device(device).type == "cuda":
         window = window.pin_memory().to(device, non_blocking=True)
     window = window.to(device).long()
@@ -190,7 +196,9 @@ def window_length(row: int, rows: int, bptt: int, rng: np.random.Generator | Non
     return min(length, rows - 1 - row)
 
 
-def bptt_windows(rows: int, bptt: int, start: int = 0, rng: np.random.Generator | None = None) -> Iterator[tuple[int, int]]:
+def bptt_windows(
+    rows: int, bptt: int, start: int = 0, rng: np.random.Generator | None = None
+) -> Iterator[tuple[int, int]]:
     """Yield ``(row, T)`` windows walking a batchified split of ``rows`` rows from ``start``.
 
     Windows are contiguous; each predicts rows ``row+1 .. row+T``, so together they

@@ -85,17 +85,17 @@ def launcher_as_typed() -> list[str] | None:
     words = [w.decode(errors="replace") for w in cmdline.split(b"\0")[:-1]]
     for i, word in enumerate(words):
         if Path(word).name == "torchrun":
-            typed = words[i + 1:]
+            typed = words[i + 1 :]
             break
-        if word == "-m" and words[i + 1:i + 2] == ["torch.distributed.run"]:
-            typed = words[i + 2:]
+        if word == "-m" and words[i + 1 : i + 2] == ["torch.distributed.run"]:
+            typed = words[i + 2 :]
             break
     else:
         return None
     arguments = sys.argv[1:]
-    if len(typed) < len(arguments) or typed[len(typed) - len(arguments):] != arguments:
+    if len(typed) < len(arguments) or typed[len(typed) - len(arguments) :] != arguments:
         return None
-    return ["torchrun", *typed[:len(typed) - len(arguments)]]
+    return ["torchrun", *typed[: len(typed) - len(arguments)]]
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,10 @@ class Distributed:
         if not dist.is_initialized():
             if device_type == "cuda":
                 if per_machine > torch.cuda.device_count():
-                    raise ConfigError(f"{per_machine} processes on this machine, which has {torch.cuda.device_count()} "
-                                      f"GPU(s): give torchrun --nproc_per_node={torch.cuda.device_count()} or fewer")
+                    raise ConfigError(
+                        f"{per_machine} processes on this machine, which has {torch.cuda.device_count()} "
+                        f"GPU(s): give torchrun --nproc_per_node={torch.cuda.device_count()} or fewer"
+                    )
                 torch.cuda.set_device(local_rank)
             dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
             atexit.register(dist.destroy_process_group)
@@ -152,8 +154,10 @@ class Distributed:
         if not self.active or device.type != "cuda":
             return str(device)
         if device.index is not None:
-            raise ConfigError(f"device={device}: under torchrun each process uses the GPU of its local rank; "
-                              f"give device=cuda (or auto)")
+            raise ConfigError(
+                f"device={device}: under torchrun each process uses the GPU of its local rank; "
+                f"give device=cuda (or auto)"
+            )
         return f"cuda:{self.local_rank}"
 
     def block(self, streams: int, what: str) -> slice:
@@ -164,8 +168,10 @@ class Distributed:
             ConfigError: ``streams`` is not divisible by the number of processes.
         """
         if streams % self.world_size:
-            raise ConfigError(f"{what}={streams} cannot be divided among {self.world_size} processes: "
-                              f"run a number of processes that divides {streams}, or change {what}")
+            raise ConfigError(
+                f"{what}={streams} cannot be divided among {self.world_size} processes: "
+                f"run a number of processes that divides {streams}, or change {what}"
+            )
         size = streams // self.world_size
         return slice(self.rank * size, (self.rank + 1) * size)
 
@@ -236,9 +242,13 @@ class Distributed:
         if self.world_size == 1:
             return result
         words = result.words is not None
-        totals = torch.tensor([result.nats * result.tokens, result.tokens, result.bytes, result.words or 0], dtype=torch.float64)
+        totals = torch.tensor(
+            [result.nats * result.tokens, result.tokens, result.bytes, result.words or 0], dtype=torch.float64
+        )
         dist.all_reduce(totals, group=_control_group())
-        return EvalResult(float(totals[0] / totals[1]), int(totals[1]), int(totals[2]), int(totals[3]) if words else None)
+        return EvalResult(
+            float(totals[0] / totals[1]), int(totals[1]), int(totals[2]), int(totals[3]) if words else None
+        )
 
     def gather_streams(self, state: State | None, n_layers: int) -> State | None:
         """Every process's recurrent state, its streams side by side in rank order (the
@@ -247,7 +257,11 @@ class Distributed:
         if not self.active or state is None:
             return state
         tensors = {name: self._gather(t) for name, t in state.tensors().items()}
-        return State.from_tensors({name: torch.cat(parts, dim=1) for name, parts in tensors.items()}, n_layers) if self.is_main else None
+        return (
+            State.from_tensors({name: torch.cat(parts, dim=1) for name, parts in tensors.items()}, n_layers)
+            if self.is_main
+            else None
+        )
 
     def gather_rows(self, tensor: Tensor) -> Tensor | None:
         """Every process's ``tensor`` (an RNG state), stacked in rank order ``[N, ...]``

@@ -127,8 +127,10 @@ def evaluate(
         ConfigError: a window longer than the model's attention span (from the model).
     """
     if tokenizer is None and np.asarray(data).dtype != np.uint8:
-        raise DataError(f"token ids of dtype {np.asarray(data).dtype}: pass the corpus's tokenizer, which the bytes "
-                        f"per token come from")
+        raise DataError(
+            f"token ids of dtype {np.asarray(data).dtype}: pass the corpus's tokenizer, which the bytes "
+            f"per token come from"
+        )
     total = torch.zeros((), dtype=torch.float64, device=next(model.parameters()).device)
 
     def add(row: int, logits: Tensor, targets: Tensor) -> None:
@@ -136,7 +138,9 @@ def evaluate(
 
     batched = score_windows(model, data, streams, bptt, add, autocast_dtype, progress, block, stop)
     tokens = (batched.shape[0] - 1) * batched.shape[1]
-    return EvalResult(total.item() / tokens, tokens, *predicted_text(batched[1:], tokenizer or ByteTokenizer(), count_words))
+    return EvalResult(
+        total.item() / tokens, tokens, *predicted_text(batched[1:], tokenizer or ByteTokenizer(), count_words)
+    )
 
 
 def score_windows(

@@ -38,23 +38,35 @@ TRAINING_FILE, CURVE_FILE = "training.json", "bpc.png"
 
 # What the card says about the data a model learned from, and the licence its weights
 # inherit (src/sharnn/corpora/README.md for the bundled head).
-_WIKIPEDIA = {"licence": "CC BY-SA 3.0 and GFDL, as the Wikipedia text it was trained on (attribution: Wikipedia "
-                         "contributors; enwik8 by Matt Mahoney, for the Hutter Prize)",
-              "license": "cc-by-sa-3.0", "datasets": ["LTCB/enwik8"]}
-_ENWIK8_HEAD = ("`enwik8-head`, bundled with sharnn: the first 4,154,064 bytes of enwik8 (491 whole pages of the "
-                "English Wikipedia XML dump of 2006-03-03). It is a prefix of enwik8, not the enwik8 benchmark: its "
-                "scores are not comparable with published enwik8 figures (§4.1, Table 1).")
-_ENWIK8 = ("enwik8: the first 100,000,000 bytes of the English Wikipedia XML dump of 2006-03-03, the byte-level "
-           "benchmark of §4.1.")
-_ENWIK8_SPLIT = "the standard enwik8 split: the first 90,000,000 bytes train, the next 5,000,000 valid, the last 5,000,000 test"
+_WIKIPEDIA = {
+    "licence": "CC BY-SA 3.0 and GFDL, as the Wikipedia text it was trained on (attribution: Wikipedia "
+    "contributors; enwik8 by Matt Mahoney, for the Hutter Prize)",
+    "license": "cc-by-sa-3.0",
+    "datasets": ["LTCB/enwik8"],
+}
+_ENWIK8_HEAD = (
+    "`enwik8-head`, bundled with sharnn: the first 4,154,064 bytes of enwik8 (491 whole pages of the "
+    "English Wikipedia XML dump of 2006-03-03). It is a prefix of enwik8, not the enwik8 benchmark: its "
+    "scores are not comparable with published enwik8 figures (§4.1, Table 1)."
+)
+_ENWIK8 = (
+    "enwik8: the first 100,000,000 bytes of the English Wikipedia XML dump of 2006-03-03, the byte-level "
+    "benchmark of §4.1."
+)
+_ENWIK8_SPLIT = (
+    "the standard enwik8 split: the first 90,000,000 bytes train, the next 5,000,000 valid, the last 5,000,000 test"
+)
 # Hub dataset ids (model-index ``dataset.type``), and the config of the Hub's copy
 _ENWIK8_DATASET, _WIKITEXT2_DATASET = ("LTCB/enwik8", None), ("Salesforce/wikitext", "wikitext-2-v1")
-_WIKITEXT2 = {"licence": "CC BY-SA 3.0, as the WikiText-2 text it was trained on (Stephen Merity, Caiming Xiong, James "
-                         "Bradbury, Richard Socher, \"Pointer Sentinel Mixture Models\", 2016, arXiv:1609.07843; "
-                         "drawn from Wikipedia's Good and Featured articles)",
-              "license": "cc-by-sa-3.0", "datasets": ["Salesforce/wikitext"],
-              "description": "WikiText-2 (v1, tokenized; Merity et al. 2016), as prepared by `sharnn prepare wikitext-2`: "
-                             "2,088,628 train, 217,646 valid and 245,569 test words (each line ending in `<eos>`)."}
+_WIKITEXT2 = {
+    "licence": "CC BY-SA 3.0, as the WikiText-2 text it was trained on (Stephen Merity, Caiming Xiong, James "
+    'Bradbury, Richard Socher, "Pointer Sentinel Mixture Models", 2016, arXiv:1609.07843; '
+    "drawn from Wikipedia's Good and Featured articles)",
+    "license": "cc-by-sa-3.0",
+    "datasets": ["Salesforce/wikitext"],
+    "description": "WikiText-2 (v1, tokenized; Merity et al. 2016), as prepared by `sharnn prepare wikitext-2`: "
+    "2,088,628 train, 217,646 valid and 245,569 test words (each line ending in `<eos>`).",
+}
 _WIKITEXT2_SPLIT = "as WikiText-2 is: its own train, valid and test files (wiki.*.tokens)"
 
 
@@ -131,7 +143,9 @@ def training_record(folder: Path, model: SHARNN, records: list[dict], summary: d
     record = {"step": step, "epochs": float(info["epochs"])}
     if "valid_bpc" in info:
         record["valid_bpc"] = float(info["valid_bpc"])
-        prefix = [r["prefix_bytes"] for r in records if r["split"] == "valid" and r["step"] == step and "prefix_bytes" in r]
+        prefix = [
+            r["prefix_bytes"] for r in records if r["split"] == "valid" and r["step"] == step and "prefix_bytes" in r
+        ]
         if prefix:
             record["valid_prefix_bytes"] = prefix[-1]
     if summary and summary.get("best_step") == step:
@@ -164,18 +178,43 @@ def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool, token
         split = _WIKITEXT2_SPLIT
     else:
         valid, test = meta.get("valid_fraction", config.valid_fraction), meta.get("test_fraction", config.test_fraction)
-        split = f"by position: train first, then valid (the next {100 * valid:g}%), then test (the last {100 * test:g}%)"
-    protocol = {"split": split, "valid_streams": config.valid_streams, "test_streams": config.test_streams,
-                "bptt": config.bptt}
-    results = [EvalResult(task_type="text-generation", dataset_type=dataset[0], dataset_config=dataset[1],
-                          dataset_name=data["name"], dataset_split=split_name, metric_type="bpc",
-                          metric_name="bits per byte", metric_value=round(record[key], 4))
-               for split_name, key in (("validation", "valid_bpc"), ("test", "test_bpc"))
-               if key in record and f"{key[:-4]}_prefix_bytes" not in record]  # whole splits only
-    return {"license": data.pop("license"), "datasets": data.pop("datasets"), "model_name": out.name,
-            "eval_results": results or None, "data": data, "protocol": protocol, "training": record,
-            "preset": _preset(record.get("command")), "curve": curve, "location": str(out),
-            "tokenizer": tokenizer.name, "prompt": _prompt(tokenizer)}
+        split = (
+            f"by position: train first, then valid (the next {100 * valid:g}%), then test (the last {100 * test:g}%)"
+        )
+    protocol = {
+        "split": split,
+        "valid_streams": config.valid_streams,
+        "test_streams": config.test_streams,
+        "bptt": config.bptt,
+    }
+    results = [
+        EvalResult(
+            task_type="text-generation",
+            dataset_type=dataset[0],
+            dataset_config=dataset[1],
+            dataset_name=data["name"],
+            dataset_split=split_name,
+            metric_type="bpc",
+            metric_name="bits per byte",
+            metric_value=round(record[key], 4),
+        )
+        for split_name, key in (("validation", "valid_bpc"), ("test", "test_bpc"))
+        if key in record and f"{key[:-4]}_prefix_bytes" not in record
+    ]  # whole splits only
+    return {
+        "license": data.pop("license"),
+        "datasets": data.pop("datasets"),
+        "model_name": out.name,
+        "eval_results": results or None,
+        "data": data,
+        "protocol": protocol,
+        "training": record,
+        "preset": _preset(record.get("command")),
+        "curve": curve,
+        "location": str(out),
+        "tokenizer": tokenizer.name,
+        "prompt": _prompt(tokenizer),
+    }
 
 
 def _data(spec: str, meta: dict) -> tuple[dict, tuple[str, str | None]]:
@@ -184,13 +223,24 @@ def _data(spec: str, meta: dict) -> tuple[dict, tuple[str, str | None]]:
     config (the corpus's own name when it has none)."""
     if spec == "enwik8-head" or meta.get("name") == "enwik8":
         head = spec == "enwik8-head"
-        data = _WIKIPEDIA | {"name": "enwik8-head" if head else "enwik8", "description": _ENWIK8_HEAD if head else _ENWIK8}
+        data = _WIKIPEDIA | {
+            "name": "enwik8-head" if head else "enwik8",
+            "description": _ENWIK8_HEAD if head else _ENWIK8,
+        }
         return data, _ENWIK8_DATASET
     if meta.get("name") == "wikitext-2":
         return _WIKITEXT2 | {"name": "WikiText-2"}, _WIKITEXT2_DATASET
     name = Path(spec).name
-    return ({"name": name, "description": f"`{spec}`, as named in train_config.yaml.",
-             "licence": "unknown: state it before sharing", "license": "unknown", "datasets": None}, (name, None))
+    return (
+        {
+            "name": name,
+            "description": f"`{spec}`, as named in train_config.yaml.",
+            "licence": "unknown: state it before sharing",
+            "license": "unknown",
+            "datasets": None,
+        },
+        (name, None),
+    )
 
 
 def _prompt(tokenizer: Tokenizer) -> str:

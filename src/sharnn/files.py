@@ -111,8 +111,10 @@ def check_new(path: Path, force: bool, error: type[SharnnError], exists: str) ->
     """
     if path.is_symlink():
         if not force:
-            raise error(f"{path} is a symbolic link (to {os.readlink(path)}); give --force to replace the link "
-                        f"(its target is left as it is)")
+            raise error(
+                f"{path} is a symbolic link (to {os.readlink(path)}); give --force to replace the link "
+                f"(its target is left as it is)"
+            )
     elif path.exists():
         raise error(exists)
 

@@ -107,8 +107,14 @@ def generate(
             logits, state = step(tokens.view(1, -1), state)
 
 
-def print_sample(model: SHARNN, prompt_ids: np.ndarray, tokenizer: Tokenizer, n: int, seed: int,
-                 autocast_dtype: torch.dtype | None = None) -> None:
+def print_sample(
+    model: SHARNN,
+    prompt_ids: np.ndarray,
+    tokenizer: Tokenizer,
+    n: int,
+    seed: int,
+    autocast_dtype: torch.dtype | None = None,
+) -> None:
     """What ``sharnn train`` prints at its end (``sample_bytes``): the prompt, the first
     256 ids of the test split (``prompt_ids``), on stderr as a header and stdout as text,
     then ``n`` ids generated from it at temperature 0.8 with ``seed``."""
@@ -117,8 +123,10 @@ def print_sample(model: SHARNN, prompt_ids: np.ndarray, tokenizer: Tokenizer, n:
     steps = generate(model, prompt.view(-1, 1), n, temperature=0.8, seed=seed, autocast_dtype=autocast_dtype)
     sample = [int(tokens[0]) for tokens in steps]
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    for header, ids, final in ((f"prompt: the first 256 {unit} of the test split", prompt.tolist(), False),
-                               (f"sample: {n} {unit} generated at temperature 0.8", sample, True)):
+    for header, ids, final in (
+        (f"prompt: the first 256 {unit} of the test split", prompt.tolist(), False),
+        (f"sample: {n} {unit} generated at temperature 0.8", sample, True),
+    ):
         print(f"\n--- {header} ---", file=sys.stderr, flush=True)
         print(decoder.decode(tokenizer.decode_bytes(ids), final=final), flush=True)
     print("---", file=sys.stderr)

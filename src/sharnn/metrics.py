@@ -99,10 +99,15 @@ class MetricsLog:
         folder's event file (``SummaryWriter.add_hparams`` would make a sub-folder)."""
         from torch.utils.tensorboard.summary import hparams
 
-        metrics = {key: value for key, value in (("hparams/valid_bpc", valid_bpc), ("hparams/test_bpc", test_bpc))
-                   if value is not None}
-        values = {key: value if isinstance(value, (bool, int, float, str)) else json.dumps(value)
-                  for key, value in settings.items()}
+        metrics = {
+            key: value
+            for key, value in (("hparams/valid_bpc", valid_bpc), ("hparams/test_bpc", test_bpc))
+            if value is not None
+        }
+        values = {
+            key: value if isinstance(value, (bool, int, float, str)) else json.dumps(value)
+            for key, value in settings.items()
+        }
         for summary in hparams(values, metrics):
             self.tensorboard.file_writer.add_summary(summary, step)
         for key, value in metrics.items():
@@ -181,8 +186,17 @@ def _figure(history: list[dict], title: str):
             ax.plot(*zip(*points), style, label=split, markersize=4)
     last_test = [r for r in history if r.get("split") == "test"][-1:]  # the test of the best checkpoint
     for step, bpc in _points(last_test, "test"):
-        ax.plot([step], [bpc], "*", color="tab:red", markersize=13, markeredgecolor="black",
-                markeredgewidth=0.6, zorder=5, label=f"test {bpc:.4f}")
+        ax.plot(
+            [step],
+            [bpc],
+            "*",
+            color="tab:red",
+            markersize=13,
+            markeredgecolor="black",
+            markeredgewidth=0.6,
+            zorder=5,
+            label=f"test {bpc:.4f}",
+        )
     low, high = _y_range(history)
     if low <= UNIFORM_BPC <= high:
         ax.axhline(UNIFORM_BPC, color="grey", linestyle=":", label="uniform (8 bits)")

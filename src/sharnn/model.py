@@ -37,7 +37,6 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
 import torch
 import torch.nn as nn
@@ -117,7 +116,7 @@ class SHARNNConfig:
     d_model: int = 1024
     n_layers: int = 4
     boom_dim: int = 4096
-    attention: Union[str, list[int]] = "single"
+    attention: str | list[int] = "single"
     attention_span: int = 5000
     dropouti: float = 0.1
     dropouth: float = 0.1
@@ -406,7 +405,7 @@ class AttentionSublayer(nn.Module):
         s = self.ln_mem(u)
         if self.memory_dtype is not None:
             s = s.to(self.memory_dtype)
-        kv = torch.cat([memory[-(self.span - T):].to(s.dtype), s]) if memory is not None and self.span > T else s
+        kv = torch.cat([memory[-(self.span - T) :].to(s.dtype), s]) if memory is not None and self.span > T else s
         r = self.ln_mid(u)
         return r + self.drop(self.head(r, kv)), kv.detach()
 
@@ -430,9 +429,9 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """One SHA-RNN block (paper §3)::
 
-        u = Drop(LSTM(LN_start(x)))                                  # no residual
-        y = LN_mid(u) + Drop(Attn(LN_mid(u), [mem ; LN_mem(u)]))     # attention blocks only, else y = u
-        z = LN_ff(y) + Drop(Boom(LN_xff(y)))
+    u = Drop(LSTM(LN_start(x)))                                  # no residual
+    y = LN_mid(u) + Drop(Attn(LN_mid(u), [mem ; LN_mem(u)]))     # attention blocks only, else y = u
+    z = LN_ff(y) + Drop(Boom(LN_xff(y)))
     """
 
     def __init__(self, config: SHARNNConfig, has_attention: bool):
@@ -460,7 +459,9 @@ class Block(nn.Module):
         return run_lstm(self.lstm, x, lstm_state)
 
 
-def run_lstm(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+def run_lstm(
+    lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """``u, (h, c) = lstm(x, (h, c))``: the one way the model's LSTMs run (cuDNN's on CUDA),
     whatever runs the model (training, evaluation, generation, compression, the benchmarks).
 
@@ -482,8 +483,9 @@ def run_lstm(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None)
     return lstm(x, lstm_state)
 
 
-def _lstm_under_autocast(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
-                         ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+def _lstm_under_autocast(
+    lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """The LSTM in the autocast dtype: its weights, input and state cast to that dtype, run
     with autocast switched off; ``(h, c)`` cast back to the parameters' dtype.
 
@@ -506,14 +508,22 @@ def _lstm_under_autocast(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Ten
     return u, (h.to(param_dtype), c.to(param_dtype))
 
 
-def _lstm_step(lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+def _lstm_step(
+    lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """The same LSTM on a window of one position ``[1, B, d]`` (generation, compression),
     through the cell (``torch.lstm_cell``, what ``nn.LSTMCell`` runs): the sequence
     kernel's set-up per call costs several times the step itself on CPU."""
     if lstm_state is None:
         lstm_state = (x.new_zeros(x.shape), x.new_zeros(x.shape))
-    h, c = torch.lstm_cell(x[0], (lstm_state[0][0], lstm_state[1][0]), lstm.weight_ih_l0, lstm.weight_hh_l0,
-                           lstm.bias_ih_l0, lstm.bias_hh_l0)
+    h, c = torch.lstm_cell(
+        x[0],
+        (lstm_state[0][0], lstm_state[1][0]),
+        lstm.weight_ih_l0,
+        lstm.weight_hh_l0,
+        lstm.bias_ih_l0,
+        lstm.bias_hh_l0,
+    )
     return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
 
 
@@ -691,12 +701,15 @@ class SHARNN(
             return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         except (HFValidationError, EntryNotFoundError, OSError) as e:
             reason = " ".join(str(e).split())[:200]
-            raise CheckpointError(f"{pretrained_model_name_or_path} is not a folder, and the Hugging Face Hub does not "
-                                  f"give it ({type(e).__name__}: {reason})") from None
+            raise CheckpointError(
+                f"{pretrained_model_name_or_path} is not a folder, and the Hugging Face Hub does not "
+                f"give it ({type(e).__name__}: {reason})"
+            ) from None
 
     @classmethod
-    def _from_pretrained(cls, *, model_id: str, config: dict | None = None,
-                         map_location: str | torch.device = "cpu", **download) -> SHARNN:
+    def _from_pretrained(
+        cls, *, model_id: str, config: dict | None = None, map_location: str | torch.device = "cpu", **download
+    ) -> SHARNN:
         """The mixin's hook: ``config`` is config.json's object as the mixin read it (it
         does not decode it: the annotation of ``__init__`` is text here); the weights are
         checked and loaded strictly."""
@@ -711,9 +724,13 @@ class SHARNN(
         training record, the data and its licence; see :func:`sharnn.pretrained.model_card`)."""
         with torch.device("meta"):
             trained = SHARNN(dataclasses.replace(self.config, collapsed=False))
-        fields = {"config": dataclasses.asdict(self.config), "attention_blocks": self.config.attention_blocks(),
-                  "parameters": trained.num_parameters(), "parameters_collapsed": trained.num_parameters(collapsed=True),
-                  "paper_url": self._hub_mixin_info.paper_url}
+        fields = {
+            "config": dataclasses.asdict(self.config),
+            "attention_blocks": self.config.attention_blocks(),
+            "parameters": trained.num_parameters(),
+            "parameters_collapsed": trained.num_parameters(collapsed=True),
+            "paper_url": self._hub_mixin_info.paper_url,
+        }
         return pretrained.model_card(self._hub_mixin_info.model_card_data, **(fields | kwargs))
 
 

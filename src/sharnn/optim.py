@@ -55,8 +55,12 @@ class MinTrustLAMB(torch.optim.Optimizer):
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"betas must be in [0, 1), got {betas}")
         defaults = dict(
-            lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-            min_trust=min_trust, max_weight_norm=max_weight_norm,
+            lr=lr,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+            min_trust=min_trust,
+            max_weight_norm=max_weight_norm,
         )
         super().__init__(params, defaults)
         self.trust_ratios: dict[Tensor, Tensor] = {}
@@ -89,9 +93,7 @@ class MinTrustLAMB(torch.optim.Optimizer):
                 weight_norm = p.norm().clamp(max=group["max_weight_norm"])
                 update_norm = update.norm()
                 trust = torch.where(
-                    (weight_norm > 0) & (update_norm > 0),
-                    weight_norm / update_norm,
-                    torch.ones_like(weight_norm),
+                    (weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, torch.ones_like(weight_norm)
                 ).clamp(min=group["min_trust"])
                 p.sub_(update * (group["lr"] * trust))
                 self.trust_ratios[p] = trust

@@ -27,14 +27,7 @@ import numpy as np
 from .data import SPLITS, bundled_wikitext2, load_corpus, read_bytes, split_by_position
 from .errors import DataError
 from .files import check_new, output_lock, publish, staging_folder
-from .tokenizer import (
-    ByteTokenizer,
-    Tokenizer,
-    check_round_trip,
-    check_spec,
-    make_tokenizer,
-    save_tokenizer,
-)
+from .tokenizer import ByteTokenizer, Tokenizer, check_round_trip, check_spec, make_tokenizer, save_tokenizer
 
 ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
 ENWIK8_SIZE = 100_000_000
@@ -90,9 +83,7 @@ def _prepare_enwik8(source: str, out: Path, expected_size: int, expected_md5: st
         raw = tmp / "enwik8.raw"
         size, md5 = _extract_enwik8(local, raw)
         if size != expected_size:
-            raise DataError(
-                f"{source}: enwik8 must be {expected_size:,} bytes, got {size:,} (truncated or wrong file)"
-            )
+            raise DataError(f"{source}: enwik8 must be {expected_size:,} bytes, got {size:,} (truncated or wrong file)")
         if md5 != expected_md5:
             raise DataError(f"{source}: MD5 {md5} does not match enwik8's {expected_md5} (corrupted file)")
         data = np.memmap(raw, dtype=np.uint8, mode="r")
@@ -152,8 +143,13 @@ def _prepare_corpus(source: str | Path, out: Path, valid_fraction: float, test_f
             f"{source} is too small to split ({sum(sizes.values()):,} bytes): {', '.join(small)} "
             f"(each split needs at least 2 bytes); use a larger source or {fractions} --valid-fraction/--test-fraction"
         )
-    meta = {"source": str(source), "name": Path(source).name, "valid_fraction": valid_fraction,
-            "test_fraction": test_fraction, "tokenizer_asked": tokenizer}
+    meta = {
+        "source": str(source),
+        "name": Path(source).name,
+        "valid_fraction": valid_fraction,
+        "test_fraction": test_fraction,
+        "tokenizer_asked": tokenizer,
+    }
     if texts is None:
         splits, made = (corpus.train, corpus.valid, corpus.test), ByteTokenizer()
     else:
@@ -170,8 +166,10 @@ def prepared_report(folder: str | Path) -> list[str]:
     lines = [f"{name}: {meta[f'{name}_tokens']:,} tokens, {meta[f'{name}_bytes']:,} bytes" for name in SPLITS]
     made, size = meta["tokenizer"], meta["vocab_size"]
     if meta.get("tokenizer_asked", made) != made:
-        lines.append(f"{meta['tokenizer_asked']} asked, {size:,} token ids made: the train split has too few distinct "
-                     f"pieces to merge further (train on it with model.vocab_size={size})")
+        lines.append(
+            f"{meta['tokenizer_asked']} asked, {size:,} token ids made: the train split has too few distinct "
+            f"pieces to merge further (train on it with model.vocab_size={size})"
+        )
     lines.append(f"prepared {meta['source']} with {made} ({size:,} token ids) in {folder}")
     return lines
 
@@ -200,7 +198,9 @@ def _character_start(data: bytes, i: int) -> int:
     return i
 
 
-def prepare_wikitext2(source: str | Path | None, out: str | Path, tokenizer: str = "words", force: bool = False) -> Path:
+def prepare_wikitext2(
+    source: str | Path | None, out: str | Path, tokenizer: str = "words", force: bool = False
+) -> Path:
     """Check and tokenize WikiText-2 (v1, tokenized) into a prepared corpus folder
     (docs/tokenization.md).
 
@@ -236,8 +236,10 @@ def _prepare_wikitext2(source: str | Path | None, out: Path, tokenizer: str) -> 
     words = {name: _check_wikitext2(name, text, source) for name, text in texts.items()}
     vocabulary = make_tokenizer("words", texts["train"])
     if vocabulary.vocab_size != WIKITEXT2_TYPES:
-        raise DataError(f"{source}: the train split has {vocabulary.vocab_size:,} types with <eos>, not "
-                        f"WikiText-2's {WIKITEXT2_TYPES:,}")
+        raise DataError(
+            f"{source}: the train split has {vocabulary.vocab_size:,} types with <eos>, not "
+            f"WikiText-2's {WIKITEXT2_TYPES:,}"
+        )
     made = vocabulary if tokenizer == "words" else make_tokenizer(tokenizer, texts["train"])
     splits = tokenize_splits(made, texts, str(source))
     meta = {"source": recorded, "name": "wikitext-2", "types": vocabulary.vocab_size}
@@ -279,8 +281,9 @@ def _check_wikitext2(split: str, text: bytes, source) -> int:
     except UnicodeDecodeError:
         raise DataError(f"{source}, {split} split: not UTF-8 text, so not WikiText-2") from None
     if count != expected:
-        raise DataError(f"{source}, {split} split: {count:,} words + <eos>, not WikiText-2's {expected:,} "
-                        f"(truncated or altered)")
+        raise DataError(
+            f"{source}, {split} split: {count:,} words + <eos>, not WikiText-2's {expected:,} (truncated or altered)"
+        )
     if hashlib.sha256(text).hexdigest() != sha256:
         raise DataError(f"{source}, {split} split: its SHA-256 is not WikiText-2 v1's (altered, or another release)")
     return count
@@ -363,7 +366,7 @@ def _write_splits(out: Path, staging: Path, splits, tokenizer: Tokenizer, meta: 
             np.asarray(data).astype(dtype, copy=False).tofile(f)
             f.flush()
             os.fsync(f.fileno())
-        meta[f"{name}_tokens"] = int(len(data))
-        meta[f"{name}_bytes"] = int(len(data)) if tokenizer.is_bytes else int(lengths[np.asarray(data)].sum())
+        meta[f"{name}_tokens"] = len(data)
+        meta[f"{name}_bytes"] = len(data) if tokenizer.is_bytes else int(lengths[np.asarray(data)].sum())
     (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     publish(staging, out)

@@ -52,8 +52,10 @@ def write_files(folder: Path, config: dict, weights: Mapping[str, torch.Tensor])
     when the file system refuses."""
     tensors = {name: t.detach().contiguous().cpu() for name, t in weights.items()}
     metadata = {"format": "pt", "sha256": weights_sha256(tensors)}
-    files = {CONFIG_JSON: (json.dumps(config, sort_keys=True, indent=2) + "\n").encode(),
-             WEIGHTS_FILE: safetensors.torch.save(tensors, metadata=metadata)}
+    files = {
+        CONFIG_JSON: (json.dumps(config, sort_keys=True, indent=2) + "\n").encode(),
+        WEIGHTS_FILE: safetensors.torch.save(tensors, metadata=metadata),
+    }
     for name, data in files.items():
         write_atomically(folder / name, data)
 
@@ -68,8 +70,9 @@ def read_config_json(folder: Path) -> dict:
     try:
         fields = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CheckpointError(f"{folder} has no {CONFIG_JSON}: not a folder written by save_pretrained or "
-                              f"sharnn export") from None
+        raise CheckpointError(
+            f"{folder} has no {CONFIG_JSON}: not a folder written by save_pretrained or sharnn export"
+        ) from None
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{file} is unreadable or not JSON ({e})") from None
     if not isinstance(fields, dict):
@@ -119,14 +122,28 @@ def locate(model_id: str, **download) -> Path:
     return Path(hf_hub_download(repo_id=model_id, filename=WEIGHTS_FILE, **download)).parent
 
 
-def model_card(card_data: ModelCardData, license: str | None = None, datasets: list[str] | None = None,
-               model_name: str | None = None, eval_results: list[EvalResult] | None = None, **fields) -> ModelCard:
+def model_card(
+    card_data: ModelCardData,
+    license: str | None = None,
+    datasets: list[str] | None = None,
+    model_name: str | None = None,
+    eval_results: list[EvalResult] | None = None,
+    **fields,
+) -> ModelCard:
     """The model card: ``card_data`` (the mixin's metadata: library, tags) with
     ``pipeline_tag: text-generation``, ``license``, ``datasets`` and, given
     ``eval_results`` (its scores) and ``model_name``, the ``model-index``, over the
     template ``sharnn/model_card.md`` filled with ``fields`` (see the template for the
     names it reads)."""
-    metadata = ModelCardData(**{**card_data.to_dict(), "pipeline_tag": "text-generation", "license": license,
-                                "datasets": datasets, "model_name": model_name, "eval_results": eval_results})
+    metadata = ModelCardData(
+        **{
+            **card_data.to_dict(),
+            "pipeline_tag": "text-generation",
+            "license": license,
+            "datasets": datasets,
+            "model_name": model_name,
+            "eval_results": eval_results,
+        }
+    )
     template = resources.files("sharnn").joinpath("model_card.md").read_text(encoding="utf-8")
     return ModelCard.from_template(metadata, template_str=template, **fields)

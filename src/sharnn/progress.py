@@ -28,15 +28,24 @@ class ProgressDisplay:
         leave: keep the bar on screen after :meth:`close` (False for a nested bar).
     """
 
-    def __init__(self, label: str, every_seconds: float = 30.0, *, enabled: bool = True, start: float = 0.0, leave: bool = True):
+    def __init__(
+        self, label: str, every_seconds: float = 30.0, *, enabled: bool = True, start: float = 0.0, leave: bool = True
+    ):
         self.label, self.every_seconds, self.enabled = label, every_seconds, enabled
         self.fraction = self.start = min(max(start, 0.0), 1.0)
         self.fields: dict[str, str] = {}
         self.clock = self.last_line = time.perf_counter()
         self.bar = None
         if enabled and sys.stderr.isatty():
-            self.bar = tqdm(total=_STEPS, initial=round(self.start * _STEPS), desc=label, leave=leave, file=sys.stderr,
-                            dynamic_ncols=True, bar_format="{desc} {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]")
+            self.bar = tqdm(
+                total=_STEPS,
+                initial=round(self.start * _STEPS),
+                desc=label,
+                leave=leave,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format="{desc} {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]",
+            )
 
     def update(self, fraction: float | None = None, *, done: int | None = None, **fields) -> None:
         """Set the fraction done and any fields (shown as ``name value``); a plain line is
@@ -61,7 +70,9 @@ class ProgressDisplay:
         spent = time.perf_counter() - self.clock
         done = self.fraction - self.start
         left = tqdm.format_interval(spent * (1 - self.fraction) / done) if done > 0 else "?"
-        return f"{self.label} {self.fraction:4.0%} | {self._fields()} | elapsed {tqdm.format_interval(spent)}, left {left}"
+        return (
+            f"{self.label} {self.fraction:4.0%} | {self._fields()} | elapsed {tqdm.format_interval(spent)}, left {left}"
+        )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -75,4 +86,3 @@ class ProgressDisplay:
 
     def _fields(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.fields.items())
-

@@ -79,8 +79,12 @@ def budget_used(config: TrainConfig, progress: Progress, epochs: float) -> float
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> MinTrustLAMB:
     """Min-Trust LAMB over every parameter, with the config's settings."""
     return MinTrustLAMB(
-        model.parameters(), lr=config.lr, betas=tuple(config.betas), eps=config.eps,
-        weight_decay=config.weight_decay, min_trust=config.min_trust,
+        model.parameters(),
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        min_trust=config.min_trust,
     )
 
 
@@ -138,14 +142,19 @@ class Divergence:
     def watch(self, loss: torch.Tensor, step: int) -> None:
         """Note this step's loss (nats per token, a 0-dim tensor)."""
         self.streak = torch.where(loss > self.limit_nats, self.streak + 1, 0)
-        for first, bad in ((self.first_nonfinite, ~torch.isfinite(loss)), (self.first_runaway, self.streak > self.GRACE_STEPS)):
+        for first, bad in (
+            (self.first_nonfinite, ~torch.isfinite(loss)),
+            (self.first_runaway, self.streak > self.GRACE_STEPS),
+        ):
             first.copy_(torch.where((first == 0) & bad, step, first))
 
     def problem(self, saving_step: int | None = None) -> str | None:
         """What went wrong, or None. At a save (``saving_step``), a loss above the limit
         is a problem even within the grace period."""
         nonfinite, runaway = int(self.first_nonfinite), int(self.first_runaway)
-        limit = f"{self.FACTOR * self.uniform_bits:g} bits per token ({self.FACTOR:g} x the uniform {self.uniform_bits:g})"
+        limit = (
+            f"{self.FACTOR * self.uniform_bits:g} bits per token ({self.FACTOR:g} x the uniform {self.uniform_bits:g})"
+        )
         if nonfinite and not (runaway and runaway < nonfinite):
             return f"the loss became NaN or infinite at step {nonfinite}"
         if runaway:
@@ -249,14 +258,20 @@ def check_corpus(config: TrainConfig, corpus, trained: Tokenizer | None = None) 
             f"corpus {config.data}: the train split has {len(corpus.train):,} tokens, fewer than one window "
             f"({config.train_streams} streams x {config.bptt + 1} tokens = {need:,}); lower train_streams or bptt"
         )
-    for split, streams, limit in (("valid", config.valid_streams, config.valid_max_bytes),
-                                  ("test", config.test_streams, config.test_max_bytes)):
+    for split, streams, limit in (
+        ("valid", config.valid_streams, config.valid_max_bytes),
+        ("test", config.test_streams, config.test_max_bytes),
+    ):
         size = len(split_prefix(corpus, split, limit)[0])
         if size < 2 * streams and limit and size < len(corpus.split(split)):
-            raise ConfigError(f"{split}_max_bytes={limit}: the first {limit:,} bytes of the {split} split hold {size:,} "
-                              f"tokens, too few for {streams} streams; raise {split}_max_bytes or lower {split}_streams")
+            raise ConfigError(
+                f"{split}_max_bytes={limit}: the first {limit:,} bytes of the {split} split hold {size:,} "
+                f"tokens, too few for {streams} streams; raise {split}_max_bytes or lower {split}_streams"
+            )
         if size < 2 * streams:
-            raise DataError(f"corpus {config.data}: the {split} split has {size:,} tokens, too few for {streams} streams")
+            raise DataError(
+                f"corpus {config.data}: the {split} split has {size:,} tokens, too few for {streams} streams"
+            )
 
 
 def split_prefix(corpus, split: str, max_bytes: int) -> tuple[np.ndarray, int | None]:

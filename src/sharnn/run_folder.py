@@ -44,11 +44,24 @@ from .tokenizer import Tokenizer
 LOCK_FILE = ".lock"  # in a run folder: held by the process that trains in it (sharnn.files.Lock)
 # What a resumed run may change: settings that steer training without changing what its
 # checkpoint holds (the model, the data and its streams, the optimizer's state).
-RESUMABLE = frozenset({
-    "epochs", "max_steps", "max_seconds", "lr", "warmup_steps", "lr_halve_epochs", "clip",
-    "valid_every_steps", "checkpoint_every_steps", "log_every_steps", "progress_every_seconds",
-    "sample_bytes", "compile", "recompute",
-})
+RESUMABLE = frozenset(
+    {
+        "epochs",
+        "max_steps",
+        "max_seconds",
+        "lr",
+        "warmup_steps",
+        "lr_halve_epochs",
+        "clip",
+        "valid_every_steps",
+        "checkpoint_every_steps",
+        "log_every_steps",
+        "progress_every_seconds",
+        "sample_bytes",
+        "compile",
+        "recompute",
+    }
+)
 # What a run started from a checkpoint's weights (init_from) may change in its model.
 INIT_CHANGES = frozenset({"dropouti", "dropouth", "dropouto"})
 
@@ -119,10 +132,14 @@ class RunFolder:
         ``best_step``), the metrics opened with this resume's ``run`` record (and the test
         records of a finished run that is extended), the changed settings recorded (in
         ``metrics.jsonl`` at ``epochs`` and in ``config.yaml``)."""
-        self.metrics = self.distributed.on_main(lambda: self._reopen(config, step, best_step, epochs, changes)) or _NoMetrics()
+        self.metrics = (
+            self.distributed.on_main(lambda: self._reopen(config, step, best_step, epochs, changes)) or _NoMetrics()
+        )
         self.saved_step = step
 
-    def _reopen(self, config: TrainConfig, step: int, best_step: int, epochs: float, changes: dict[str, list]) -> MetricsLog:
+    def _reopen(
+        self, config: TrainConfig, step: int, best_step: int, epochs: float, changes: dict[str, list]
+    ) -> MetricsLog:
         self.checkpoints.repair_best(best_step)
         ended_here = (read_summary(self.path) or {}).get("steps") == step
         metrics = MetricsLog(self.path, resume_step=step, ended_here=ended_here)
@@ -168,7 +185,9 @@ class RunFolder:
         self.metrics.log(record)
         self.metrics.plot()
 
-    def save(self, step: int, config: TrainConfig, state: dict, best: bool, info: dict[str, str], again: bool = False) -> None:
+    def save(
+        self, step: int, config: TrainConfig, state: dict, best: bool, info: dict[str, str], again: bool = False
+    ) -> None:
         """Checkpoint ``state`` (what every process's :meth:`TrainingState.state_dict`
         gave the main one) as ``latest`` (and ``best``); ``again``: write the step's
         checkpoint again in place (:meth:`RunCheckpoints.rewrite`).
@@ -180,8 +199,16 @@ class RunFolder:
         self.distributed.on_main(lambda: write(step, config, state, best=best, info=info))
         self.saved_step = step
 
-    def finish(self, config: TrainConfig, progress: Progress, test: EvalResult, model: SHARNN, tokenizer: str,
-               epochs: float, prefix_bytes: dict[str, int | None]) -> dict:
+    def finish(
+        self,
+        config: TrainConfig,
+        progress: Progress,
+        test: EvalResult,
+        model: SHARNN,
+        tokenizer: str,
+        epochs: float,
+        prefix_bytes: dict[str, int | None],
+    ) -> dict:
         """The end of a run, scored on the test split with the weights of its best step
         (``test``): log the test record and the run's settings as TensorBoard
         hyperparameters, write ``summary.json``, close the metrics.
@@ -210,12 +237,20 @@ class RunFolder:
             "parameters": model.num_parameters(),
             "parameters_collapsed": model.num_parameters(collapsed=True),
         }
-        record = {"split": "test", "step": progress.best_step, "epoch": round(epochs, 4),
-                  "run_step": progress.step, **scores(test), **prefix(prefix_bytes["test"])}
+        record = {
+            "split": "test",
+            "step": progress.best_step,
+            "epoch": round(epochs, 4),
+            "run_step": progress.step,
+            **scores(test),
+            **prefix(prefix_bytes["test"]),
+        }
 
         def write_results() -> None:
             self._record(record)
-            self.metrics.log_hparams(_flatten(dataclasses.asdict(config)), summary["valid_bpc"], test.bpc, progress.step)
+            self.metrics.log_hparams(
+                _flatten(dataclasses.asdict(config)), summary["valid_bpc"], test.bpc, progress.step
+            )
             write_atomically(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
 
         self.distributed.on_main(write_results)
@@ -231,8 +266,10 @@ class RunFolder:
         if not self.checkpoints.has_latest():
             return "no checkpoint was written; start again with a lower lr"
         step = read_info(self.checkpoints.latest).get("step", "?")
-        return (f"the last good checkpoint, step {step}, is kept: resume it with a lower learning rate, "
-                f"e.g. {resume_command(self.path)} lr={lr / 4:g}")
+        return (
+            f"the last good checkpoint, step {step}, is kept: resume it with a lower learning rate, "
+            f"e.g. {resume_command(self.path)} lr={lr / 4:g}"
+        )
 
     def interrupted(self, signum: int | None, step: int) -> Interrupted:
         """The error that ends a run stopped at ``step`` (exit status 128 + the signal:
@@ -246,8 +283,9 @@ class RunFolder:
             where = f"at step {step}, before the first checkpoint; start again from step 0 with"
         else:
             where = f"at step {step}, before saving it; continue from step {saved} with"
-        return Interrupted(f"interrupted{name} {where}: {resume_command(self.path)}",
-                           exit_code=128 + (signum or signal.SIGINT))
+        return Interrupted(
+            f"interrupted{name} {where}: {resume_command(self.path)}", exit_code=128 + (signum or signal.SIGINT)
+        )
 
 
 def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -267,8 +305,10 @@ def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = 
     elif (run_dir / "config.yaml").is_file():
         source = run_dir / "config.yaml"
     elif run_dir.is_dir():
-        raise RunError(f"{run_dir} is not a run folder (it has no config.yaml or checkpoint); "
-                       f"start a run with --preset or --config")
+        raise RunError(
+            f"{run_dir} is not a run folder (it has no config.yaml or checkpoint); "
+            f"start a run with --preset or --config"
+        )
     else:
         raise RunError(f"no run folder {run_dir} to resume")
     try:
@@ -316,8 +356,10 @@ def load_init_weights(config: TrainConfig, model: torch.nn.Module, device: torch
     changes = config_changes(checkpoint.read_config(source).model, config.model)
     refused = [f"model.{key} {theirs} -> {ours}" for key, (theirs, ours) in changes.items() if key not in INIT_CHANGES]
     if refused:
-        raise ConfigError(f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
-                          f"(only {', '.join(sorted(INIT_CHANGES))} may differ)")
+        raise ConfigError(
+            f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
+            f"(only {', '.join(sorted(INIT_CHANGES))} may differ)"
+        )
     checkpoint.load_weights(model, source, device)
     return source
 
@@ -369,7 +411,11 @@ def command_line() -> str:
     :func:`sharnn.files.command_line` (``sharnn ARGS`` for the command-line tool)."""
     if launched_by_torchrun():
         command = shlex.join([*launcher(), *sys.argv[1:]])
-        return command if launcher_as_typed() else command + "  # torchrun's own options (such as --standalone) not recorded"
+        return (
+            command
+            if launcher_as_typed()
+            else command + "  # torchrun's own options (such as --standalone) not recorded"
+        )
     return files.command_line()
 
 

@@ -70,8 +70,12 @@ class Runtime:
 
     @classmethod
     def resolve(
-        cls, device: str = "auto", precision: str = "auto", fast_path: str = "auto",
-        compile: bool = False, recompute: bool = False,
+        cls,
+        device: str = "auto",
+        precision: str = "auto",
+        fast_path: str = "auto",
+        compile: bool = False,
+        recompute: bool = False,
     ) -> Runtime:
         """From the settings' words (see ``TrainConfig``): ``precision`` auto means bf16
         autocast on CUDA and fp32 elsewhere, ``fast_path`` auto means on with CUDA.
@@ -80,8 +84,10 @@ class Runtime:
             ConfigError: an unknown setting, an unavailable device, or fp16 without CUDA.
         """
         if precision not in PRECISIONS or fast_path not in FAST_PATH:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)} and fast_path one of "
-                              f"{', '.join(FAST_PATH)}, got {precision!r} and {fast_path!r}")
+            raise ConfigError(
+                f"precision must be one of {', '.join(PRECISIONS)} and fast_path one of "
+                f"{', '.join(FAST_PATH)}, got {precision!r} and {fast_path!r}"
+            )
         resolved = resolve_device(device)
         cuda = resolved.type == "cuda"
         if precision == "fp16" and not cuda:
@@ -93,7 +99,9 @@ class Runtime:
     @classmethod
     def for_training(cls, config, device: str | None = None) -> Runtime:
         """The runtime a ``TrainConfig`` asks for (on ``device`` instead of its own when given)."""
-        return cls.resolve(device or config.device, config.precision, config.fast_path, config.compile, config.recompute)
+        return cls.resolve(
+            device or config.device, config.precision, config.fast_path, config.compile, config.recompute
+        )
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of this runtime (does nothing for fp32)."""

@@ -134,8 +134,10 @@ class WordTokenizer(Tokenizer):
             try:
                 out.extend(index[word] for word in line.split())
             except KeyError as e:
-                raise DataError(f"line {number}: the word {e.args[0]!r} is not in the words vocabulary "
-                                f"({self.vocab_size:,} words from the train split)") from None
+                raise DataError(
+                    f"line {number}: the word {e.args[0]!r} is not in the words vocabulary "
+                    f"({self.vocab_size:,} words from the train split)"
+                ) from None
             if number < len(lines):
                 out.append(eos)
         return np.array(out, dtype=np.int64)
@@ -166,8 +168,9 @@ class BPETokenizer(Tokenizer):
         hf = HFTokenizer(models.BPE())
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         hf.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                      show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        )
         hf.train_from_iterator(_text_lines(data), trainer)
         return cls(hf)
 
@@ -199,7 +202,7 @@ def make_tokenizer(spec: str, train: bytes) -> Tokenizer:
         return ByteTokenizer()
     if spec == "words":
         return WordTokenizer.train(train)
-    return BPETokenizer.train(train, int(spec[len("bpe:"):]))
+    return BPETokenizer.train(train, int(spec[len("bpe:") :]))
 
 
 def check_round_trip(tokenizer: Tokenizer, data: bytes, ids: np.ndarray, what: str) -> None:
@@ -209,8 +212,10 @@ def check_round_trip(tokenizer: Tokenizer, data: bytes, ids: np.ndarray, what: s
     if decoded == data:
         return
     at = next((i for i, (a, b) in enumerate(zip(decoded, data)) if a != b), min(len(decoded), len(data)))
-    raise DataError(f"{what}: the {tokenizer.name} tokenizer does not give back the text exactly (first "
-                    f"difference at byte {at:,} of {len(data):,}); this corpus cannot be prepared with it")
+    raise DataError(
+        f"{what}: the {tokenizer.name} tokenizer does not give back the text exactly (first "
+        f"difference at byte {at:,} of {len(data):,}); this corpus cannot be prepared with it"
+    )
 
 
 def check_vocabulary(vocab_size: int, tokenizer: Tokenizer, where: str) -> None:
@@ -218,8 +223,10 @@ def check_vocabulary(vocab_size: int, tokenizer: Tokenizer, where: str) -> None:
     ``tokenizer`` (the one found in the folder ``where``)."""
     if vocab_size != tokenizer.vocab_size:
         found = "no tokenizer.json, so bytes" if tokenizer.name == "bytes" else f"tokenizer.json: {tokenizer.name}"
-        raise DataError(f"{where}: the model has {vocab_size:,} token ids but its tokenizer ({found}) has "
-                        f"{tokenizer.vocab_size:,}; put the tokenizer.json of its run beside it")
+        raise DataError(
+            f"{where}: the model has {vocab_size:,} token ids but its tokenizer ({found}) has "
+            f"{tokenizer.vocab_size:,}; put the tokenizer.json of its run beside it"
+        )
 
 
 def check_corpus_tokenizer(vocab_size: int, corpus: Tokenizer, data: str, model: Tokenizer | None = None) -> None:
@@ -233,11 +240,14 @@ def check_corpus_tokenizer(vocab_size: int, corpus: Tokenizer, data: str, model:
             fix = f"set model.vocab_size={corpus.vocab_size} or give {wanted}"
         else:
             fix = f"give a corpus tokenized with the model's own tokenizer ({model.name})"
-        raise DataError(f"the model has {vocab_size:,} token ids but data={data} is {corpus.name} "
-                        f"({corpus.vocab_size:,}); {fix}")
+        raise DataError(
+            f"the model has {vocab_size:,} token ids but data={data} is {corpus.name} ({corpus.vocab_size:,}); {fix}"
+        )
     if model is not None and model.token_bytes != corpus.token_bytes:
-        raise DataError(f"data={data} is tokenized with {corpus.name}, not with the model's tokenizer ({model.name}): "
-                        f"give the model's own corpus, or prepare one with its tokenizer")
+        raise DataError(
+            f"data={data} is tokenized with {corpus.name}, not with the model's tokenizer ({model.name}): "
+            f"give the model's own corpus, or prepare one with its tokenizer"
+        )
 
 
 def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> None:

@@ -29,10 +29,30 @@ from .errors import TrainingDiverged
 from .evaluate import EvalResult, EvaluationStopped, evaluate
 from .generate import print_sample
 from .progress import ProgressDisplay
-from .recipe import (Divergence, Progress, TrainingState, budget_used, check_corpus, learning_rate, mean_bytes_per_token,
-                     out_of_budget, split_prefix, train_step)
-from .run_folder import (RunFolder, StopRequest, describe_score, load_init_weights, prefix, read_summary as read_summary,
-                         resume_changes, resume_config as resume_config, scores, trained_tokenizer)
+from .recipe import (
+    Divergence,
+    Progress,
+    TrainingState,
+    budget_used,
+    check_corpus,
+    learning_rate,
+    mean_bytes_per_token,
+    out_of_budget,
+    split_prefix,
+    train_step,
+)
+from .run_folder import (
+    RunFolder,
+    StopRequest,
+    describe_score,
+    load_init_weights,
+    prefix,
+    read_summary as read_summary,
+    resume_changes,
+    resume_config as resume_config,
+    scores,
+    trained_tokenizer,
+)
 from .runtime import Runtime, resolve_device
 
 
@@ -107,8 +127,14 @@ def _train(trainer: Trainer, config: TrainConfig, should_stop: Callable[[Progres
             # saved, a resume tests it), or a second signal outside a save: stop at once
             raise trainer.run.interrupted(stop_requested.signal, trainer.state.progress.step) from None
     if config.sample_bytes and not trainer.quiet:
-        print_sample(trainer.state.model, trainer.corpus.test[:256], trainer.corpus.tokenizer, config.sample_bytes, config.seed,
-                     trainer.runtime.autocast_dtype)
+        print_sample(
+            trainer.state.model,
+            trainer.corpus.test[:256],
+            trainer.corpus.tokenizer,
+            config.sample_bytes,
+            config.seed,
+            trainer.runtime.autocast_dtype,
+        )
     return summary
 
 
@@ -184,8 +210,10 @@ class Trainer:
         self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
         resumed = resume and run.checkpoints.has_latest()
         check_corpus(config, self.corpus, trained_tokenizer(config, run, resumed))
-        self.eval_data = {split: split_prefix(self.corpus, split, limit)
-                          for split, limit in (("valid", config.valid_max_bytes), ("test", config.test_max_bytes))}
+        self.eval_data = {
+            split: split_prefix(self.corpus, split, limit)
+            for split, limit in (("valid", config.valid_max_bytes), ("test", config.test_max_bytes))
+        }
         self.state = TrainingState(config, self.runtime, self.distributed)
         self.batched = batchify(self.corpus.train, config.train_streams)[:, self.state.streams]
         self.summary = _resume(self, changes) if resumed else _start(self, restart=resume)
@@ -198,7 +226,12 @@ class Trainer:
         self.bytes_per_token = mean_bytes_per_token(self.corpus)
         self.log_steps, self.log_tokens, self.log_start = 0, 0, time.perf_counter()
         self.clock_start = time.perf_counter() - self.state.progress.elapsed
-        self.display = ProgressDisplay("train", config.progress_every_seconds, enabled=not self.quiet, start=budget_used(config, self.state.progress, self.epochs_done()))
+        self.display = ProgressDisplay(
+            "train",
+            config.progress_every_seconds,
+            enabled=not self.quiet,
+            start=budget_used(config, self.state.progress, self.epochs_done()),
+        )
 
     def say(self, message: str) -> None:
         if not self.quiet:
@@ -225,7 +258,13 @@ class Trainer:
             group["lr"] = lr
         inputs, targets = get_batch(self.batched, progress.row, length, self.runtime.device)
         loss, grad_norm, state.recurrent_state = train_step(
-            self.train_model, state.optimizer, state.scaler, inputs, targets, state.recurrent_state, config.clip,
+            self.train_model,
+            state.optimizer,
+            state.scaler,
+            inputs,
+            targets,
+            state.recurrent_state,
+            config.clip,
             self.runtime.autocast_dtype,
         )
         loss = self.distributed.mean(loss)  # over all the streams: every process watches the same loss
@@ -238,7 +277,11 @@ class Trainer:
         if self.due(config.log_every_steps):
             self._log_training(lr, grad_norm)
         steps = f"{progress.step}/{config.max_steps}" if config.max_steps > 0 else progress.step
-        self.display.update(budget_used(config, progress, self.epochs_done()), step=steps, epoch=f"{self.epochs_done():.2f}/{config.epochs}")
+        self.display.update(
+            budget_used(config, progress, self.epochs_done()),
+            step=steps,
+            epoch=f"{self.epochs_done():.2f}/{config.epochs}",
+        )
         return progress.row >= rows - 1
 
     def _log_training(self, lr: float, grad_norm: torch.Tensor) -> None:
@@ -247,8 +290,13 @@ class Trainer:
         bits_per_token = float(self.loss_sum) / self.log_steps / math.log(2)
         bpc = bits_per_token / self.bytes_per_token
         record = {
-            "split": "train", "step": progress.step, "epoch": round(self.epochs_done(), 4),
-            "seconds": round(progress.elapsed, 2), "bpc": bpc, "lr": lr, "grad_norm": float(grad_norm),
+            "split": "train",
+            "step": progress.step,
+            "epoch": round(self.epochs_done(), 4),
+            "seconds": round(progress.elapsed, 2),
+            "bpc": bpc,
+            "lr": lr,
+            "grad_norm": float(grad_norm),
             "tokens_per_s": self.log_tokens / (now - self.log_start),  # training time only: see _paused
         }
         if self.bytes_per_token != 1:
@@ -285,7 +333,9 @@ class Trainer:
         if problem is None and saving and not all(bool(torch.isfinite(p).all()) for p in self.state.model.parameters()):
             problem = f"the weights became NaN or infinite at step {self.state.progress.step}"
         if problem is not None:
-            raise TrainingDiverged(f"training diverged: {problem}; stopped without saving ({self.run.kept(self.config.lr)})")
+            raise TrainingDiverged(
+                f"training diverged: {problem}; stopped without saving ({self.run.kept(self.config.lr)})"
+            )
 
     def validate(self, abandon: Callable[[], bool] | None = None) -> float | None:
         """Score the valid split (its first ``valid_max_bytes``), log it and return its
@@ -299,10 +349,21 @@ class Trainer:
             improved = result.bpc < progress.best_valid_bpc
             if improved:
                 progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
-            self.run.record({"split": "valid", "step": progress.step, "epoch": round(self.epochs_done(), 4),
-                             "seconds": round(progress.elapsed, 2), **scores(result), **prefix(size)})
-            self.say(f"step {progress.step} (epoch {self.epochs_done():.2f}): valid {describe_score(result)}"
-                     + ("" if size is None else f" on its first {size:,} bytes") + (" (best)" if improved else ""))
+            self.run.record(
+                {
+                    "split": "valid",
+                    "step": progress.step,
+                    "epoch": round(self.epochs_done(), 4),
+                    "seconds": round(progress.elapsed, 2),
+                    **scores(result),
+                    **prefix(size),
+                }
+            )
+            self.say(
+                f"step {progress.step} (epoch {self.epochs_done():.2f}): valid {describe_score(result)}"
+                + ("" if size is None else f" on its first {size:,} bytes")
+                + (" (best)" if improved else "")
+            )
         return result.bpc
 
     def save(self, valid_bpc: float | None, again: bool = False) -> None:
@@ -312,8 +373,12 @@ class Trainer:
         with self._paused():
             progress = self.state.progress
             progress.elapsed = time.perf_counter() - self.clock_start
-            info = {"step": str(progress.step), "epochs": f"{self.epochs_done():.4f}",
-                    "best_valid_bpc": repr(progress.best_valid_bpc), "best_step": str(progress.best_step)}
+            info = {
+                "step": str(progress.step),
+                "epochs": f"{self.epochs_done():.4f}",
+                "best_valid_bpc": repr(progress.best_valid_bpc),
+                "best_step": str(progress.best_step),
+            }
             if valid_bpc is not None:
                 info["valid_bpc"] = repr(valid_bpc)
             best = valid_bpc is not None and progress.best_step == progress.step
@@ -328,9 +393,18 @@ class Trainer:
         config = self.config
         with ProgressDisplay(split, config.progress_every_seconds, enabled=not self.quiet, leave=False) as display:
             try:
-                result = evaluate(self.state.model, self.eval_data[split][0], streams, config.bptt,
-                                  self.runtime.autocast_dtype, progress=display, block=self.distributed.block(streams, split),
-                                  tokenizer=self.corpus.tokenizer, count_words=self.corpus.words is not None, stop=abandon)
+                result = evaluate(
+                    self.state.model,
+                    self.eval_data[split][0],
+                    streams,
+                    config.bptt,
+                    self.runtime.autocast_dtype,
+                    progress=display,
+                    block=self.distributed.block(streams, split),
+                    tokenizer=self.corpus.tokenizer,
+                    count_words=self.corpus.words is not None,
+                    stop=abandon,
+                )
             except EvaluationStopped:
                 result = None
         if self.distributed.agree(result is None, 0.0)[0]:
@@ -358,8 +432,15 @@ class Trainer:
         test = self._evaluate("test", self.config.test_streams, abandon)
         if test is None:
             raise EvaluationStopped
-        return self.run.finish(self.config, self.state.progress, test, self.state.model, self.corpus.tokenizer.name,
-                               self.epochs_done(), {split: size for split, (_, size) in self.eval_data.items()})
+        return self.run.finish(
+            self.config,
+            self.state.progress,
+            test,
+            self.state.model,
+            self.corpus.tokenizer.name,
+            self.epochs_done(),
+            {split: size for split, (_, size) in self.eval_data.items()},
+        )
 
 
 def _start(trainer: Trainer, restart: bool) -> None:
@@ -370,9 +451,11 @@ def _start(trainer: Trainer, restart: bool) -> None:
     if restart:
         trainer.say(f"{run.path} has no checkpoint yet: starting it again from step 0")
     run.create(config, restart)
-    trainer.say(f"model: {model.num_parameters() / 1e6:.2f}M parameters "
-                f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {trainer.runtime.describe()}"
-                + (f", {trainer.distributed.world_size} processes" if trainer.distributed.active else ""))
+    trainer.say(
+        f"model: {model.num_parameters() / 1e6:.2f}M parameters "
+        f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {trainer.runtime.describe()}"
+        + (f", {trainer.distributed.world_size} processes" if trainer.distributed.active else "")
+    )
     if source is not None:
         trainer.say(f"weights from {source}; a new optimizer and schedule")
 
@@ -388,13 +471,17 @@ def _resume(trainer: Trainer, changes: dict[str, list]) -> dict | None:
         progress.valid_due = True  # the new budget ends the run here: its last step is validated, as always
     summary = run.summary()
     if progress.finished and summary is not None and summary.get("steps") == progress.step:
-        trainer.say(f"{run.path} has finished (step {progress.step}, epoch {trainer.epochs_done():.2f}); "
-                    f"to train on, resume it with a larger max_steps, epochs or max_seconds")
+        trainer.say(
+            f"{run.path} has finished (step {progress.step}, epoch {trainer.epochs_done():.2f}); "
+            f"to train on, resume it with a larger max_steps, epochs or max_seconds"
+        )
         return summary
     run.reopen(config, progress.step, progress.best_step, trainer.epochs_done(), changes)
     trainer.say(f"resuming {run.path} at step {progress.step} (epoch {trainer.epochs_done():.2f})")
     if state.saved_processes != trainer.distributed.world_size:
-        trainer.say(f"the checkpoint was saved by {state.saved_processes} process(es), this run has "
-                    f"{trainer.distributed.world_size}: the streams are shared out again, and dropout draws fresh masks")
+        trainer.say(
+            f"the checkpoint was saved by {state.saved_processes} process(es), this run has "
+            f"{trainer.distributed.world_size}: the streams are shared out again, and dropout draws fresh masks"
+        )
     if changes:
         trainer.say("changed: " + ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changes.items()))
