@@ -484,9 +484,9 @@ def main() -> int:
 
     print(
         f"preset {args.preset} {' '.join(args.overrides)}: d {config.model.d_model}, {config.model.n_layers} layers, "
-        f"attention {config.model.attention_blocks()}, span {config.model.attention_span}, {config.train_streams} streams, "
-        f"bptt {config.bptt}; device {device}; fast path bf16 autocast{', compiled' if compile else ''} "
-        f"vs eager fp32"
+        f"attention {config.model.attention_blocks()}, span {config.model.attention_span}, "
+        f"{config.train_streams} streams, bptt {config.bptt}; device {device}; "
+        f"fast path bf16 autocast{', compiled' if compile else ''} vs eager fp32"
     )
 
     print(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 
 import torch
 
@@ -158,16 +159,14 @@ def main() -> None:
     for streams in args.eval_streams:
         for path in args.paths:
             print(f"measuring eval {streams} streams {path}", file=sys.stderr, flush=True)
-            result = measure_or_oom(
-                lambda: measure_eval(config, streams, path, device, args.steps, args.repeats), device
-            )
+            measure = partial(measure_eval, config, streams, path, device, args.steps, args.repeats)
+            result = measure_or_oom(measure, device)
             eval_rows.append({"streams": streams, "path": path} | result)
     for streams in args.gen_streams:
         for path in args.paths:
             print(f"measuring generation {streams} streams {path}", file=sys.stderr, flush=True)
-            result = measure_or_oom(
-                lambda: measure_generation(config, streams, path, device, args.gen_bytes, args.repeats), device
-            )
+            measure = partial(measure_generation, config, streams, path, device, args.gen_bytes, args.repeats)
+            result = measure_or_oom(measure, device)
             gen_rows.append({"streams": streams, "path": path} | result)
     summarise(eval_rows, lambda row: args.steps * config.bptt * row["streams"], "tokens_per_s")
     summarise(gen_rows, lambda row: args.gen_bytes * row["streams"], "bytes_per_s")

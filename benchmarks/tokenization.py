@@ -171,7 +171,9 @@ def read_meta(folder: Path, tokenizer: str) -> dict | None:
     try:
         meta = json.loads((folder / "meta.json").read_text())
     except (OSError, ValueError) as e:
-        raise ExperimentError(f"{folder} exists but has no readable meta.json ({e}): remove it or give another --data")
+        raise ExperimentError(
+            f"{folder} exists but has no readable meta.json ({e}): remove it or give another --data"
+        ) from e
     if meta.get("name") != "wikitext-2" or meta.get("tokenizer") != tokenizer:
         raise ExperimentError(
             f"{folder} holds {meta.get('name')} with the {meta.get('tokenizer')} tokenizer, not "

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 
 import torch
 
@@ -178,9 +179,9 @@ def main() -> None:
             for path in ["floor", *args.paths]:
                 print(f"measuring {preset} {streams} streams {path}", file=sys.stderr, flush=True)
                 if path == "floor":
-                    measure = lambda: measure_floor(config, streams, device, args.steps, args.repeats)  # noqa: E731
+                    measure = partial(measure_floor, config, streams, device, args.steps, args.repeats)
                 else:
-                    measure = lambda: measure_model(config, streams, path, device, args.steps, args.repeats)  # noqa: E731
+                    measure = partial(measure_model, config, streams, path, device, args.steps, args.repeats)
                 group.append({"preset": preset, "streams": streams, "path": path} | measure_or_oom(measure, device))
             rows += summarise(group, config.bptt * streams, args.steps)
 

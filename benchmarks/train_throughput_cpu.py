@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import platform
 import statistics
+from functools import partial
 
 import torch
 import torch.nn as nn
@@ -114,7 +115,7 @@ def main():
     rates = {name: [] for name in candidates}
     for _ in range(args.repeats):
         for name, step in candidates.items():  # interleaved, so drift hits both alike
-            (seconds,) = time_repeats(lambda: run(step), runtime.device, 1)
+            (seconds,) = time_repeats(partial(run, step), runtime.device, 1)
             rates[name].append(args.steps * T * streams / seconds)
 
     median = {name: statistics.median(r) for name, r in rates.items()}

@@ -7,6 +7,7 @@ Everything here is sized so that one training run takes a few seconds on 2 CPU c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -122,10 +123,8 @@ def signal_when(process: subprocess.Popen, predicate, sig: int, timeout: float =
     exited), and return its ``(stdout, stderr)``; the process is never left running."""
     try:
         assert wait_for(predicate, process), process.communicate()
-        try:
+        with contextlib.suppress(ProcessLookupError):  # finished already
             os.kill(process.pid, sig)
-        except ProcessLookupError:  # finished already
-            pass
         return process.communicate(timeout=timeout)
     finally:
         if process.poll() is None:

@@ -195,7 +195,7 @@ def test_prepared_corpus_must_be_wikitext2_with_the_tokenizer(tmp_path):
     with pytest.raises(tk.ExperimentError, match="bpe:1000 tokenizer, not wikitext-2 with bpe:8000"):
         tk.read_meta(tk.corpus_folder(tmp_path, "bpe:1000"), "bpe:8000")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(tk.ExperimentError, match="no readable meta.json"):
+    with pytest.raises(tk.ExperimentError, match=r"no readable meta\.json"):
         tk.read_meta(tmp_path / "empty", "bytes")
 
 

@@ -98,12 +98,12 @@ def test_load_latest_errors(tmp_path, trained_state):
     with pytest.raises(RunError, match="nothing to resume"):
         checkpoints.load_latest(2, "cpu")
     checkpoints.save(4, CONFIG, {"model": trained_state.model.state_dict()}, best=False)  # weights only
-    with pytest.raises(CheckpointError, match="trainer.pt"):
+    with pytest.raises(CheckpointError, match=r"trainer\.pt"):
         checkpoints.load_latest(2, "cpu")
     checkpoints.save(8, CONFIG, trained_state.state_dict(), best=False)
     for damage in (b"not a torch file", os.urandom(5000), (checkpoints.latest / "trainer.pt").read_bytes()[:3000]):
         (checkpoints.latest / "trainer.pt").write_bytes(damage)
-        with pytest.raises(CheckpointError, match="trainer.pt is missing or corrupt"):
+        with pytest.raises(CheckpointError, match=r"trainer\.pt is missing or corrupt"):
             checkpoints.load_latest(2, "cpu")
 
 
@@ -187,7 +187,7 @@ def test_a_file_size_limit_during_training_is_one_line_and_leaves_no_staging(tmp
     process = sharnn_process(
         "train", "--preset", "tiny", "--out", tmp_path / "run", "--quiet", *SMALL, f"data={corpus}", preexec_fn=limit
     )
-    stdout, stderr = process.communicate(timeout=300)
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode == 1, stderr
     assert (
         stderr.strip()

@@ -213,7 +213,7 @@ def test_eval_of_a_blown_up_checkpoint_prints_inf_perplexity(checkpoint_copy):
 
 
 def test_evaluation_progress_without_a_terminal_is_plain_lines_to_100_percent(run_dir, capsys):
-    model, config = load_model(run_dir)
+    model, _ = load_model(run_dir)
     evaluate(
         model, read_bytes(run_dir.parent / "small.txt")[:4000], 2, 16, progress=ProgressDisplay("eval", every_seconds=0)
     )
@@ -439,7 +439,7 @@ def test_train_refuses_an_existing_run_folder_and_leaves_it_untouched(tmp_path, 
 def test_a_run_folder_that_cannot_be_created_is_one_line(tmp_path, corpus_file, where):
     (tmp_path / "a-file").write_text("not a folder")
     out = tmp_path / where if not where.startswith("/") else Path(where)
-    line = assert_user_error(
+    assert_user_error(
         cli("train", "--preset", "tiny", "--out", out, *SMALL, f"data={corpus_file}"),
         f"cannot create the run folder {out}",
     )
@@ -618,7 +618,8 @@ def test_public_names_load_on_first_use_and_evaluate_is_the_function():
         "assert sharnn.evaluate is evaluate and callable(evaluate) and sharnn.generate is generate\n"
         "assert all(getattr(sharnn, name) is not None for name in sharnn.__all__)\n"
         "assert set(sharnn.__all__) <= set(dir(sharnn))\n"
-        "assert sharnn.checkpoint.load_model.__module__ == 'sharnn.checkpoint'\n"  # submodules, as an eager package has them
+        # submodules, as an eager package has them
+        "assert sharnn.checkpoint.load_model.__module__ == 'sharnn.checkpoint'\n"
         "assert callable(sharnn.compress.compress) and callable(sharnn.data.load_corpus)\n"
         "try:\n"
         "    sharnn.nothing\n"
@@ -653,7 +654,7 @@ def test_ctrl_c_while_a_command_loads_is_one_line(delay):
     )
     time.sleep(delay)
     process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=120)
     assert "Traceback" not in stderr, stderr
     assert process.returncode in (0, 130, -signal.SIGINT), (process.returncode, stderr)
     assert stderr in ("", "interrupted\n"), stderr

@@ -95,7 +95,7 @@ def test_the_lstm_runs_in_bf16_under_bf16_autocast_not_fp16():
     seen = []
     block.lstm.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))
     with Runtime(CUDA, torch.bfloat16).autocast():
-        u, (h, c) = block.recurrence(torch.randn(16, 2, 256, device=CUDA), None)
+        _, (h, _) = block.recurrence(torch.randn(16, 2, 256, device=CUDA), None)
     assert seen == [torch.bfloat16] and h.dtype == torch.float32
 
 

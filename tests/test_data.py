@@ -7,6 +7,7 @@ import json
 import math
 import zipfile
 from collections import Counter
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -94,7 +95,7 @@ def predicted_rows(windows):
 
 def assert_contiguous_and_complete(windows, rows, start=0):
     assert windows[0][0] == start
-    for (row, T), (next_row, _) in zip(windows, windows[1:]):
+    for (row, T), (next_row, _) in pairwise(windows):
         assert next_row == row + T
     assert predicted_rows(windows) == list(range(start + 1, rows))
 

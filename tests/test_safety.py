@@ -217,7 +217,7 @@ def test_a_prepare_refuses_a_second_writer_and_a_signal_leaves_no_staging(tmp_pa
             f"{out} is in use by process {first.pid} (sharnn prepare enwik8 --source {slow_url} --out {out})",
         )
     finally:
-        stdout, stderr = signal_when(first, lambda: True, sig)
+        _, stderr = signal_when(first, lambda: True, sig)
     assert first.returncode == status, stderr
     assert stderr.splitlines()[-1] == line and "Traceback" not in stderr
     assert list(tmp_path.iterdir()) == []  # no staging folder, no output, no lock file
@@ -343,7 +343,7 @@ def test_compress_and_decompress_replace_a_link_only_with_force(tmp_path):
     source = tmp_path / "in.bin"
     source.write_bytes(TEXT)
     made = links(tmp_path)
-    for kind, link in made.items():
+    for link in made.values():
         line = assert_user_error(
             cli("compress", source, link, "--online", "--quiet"),
             f"error: {link} is a symbolic link (to {os.readlink(link)}); give --force to replace the link",
@@ -362,7 +362,7 @@ def test_export_replaces_a_link_only_with_force(tmp_path, run_dir):
     user = tmp_path / "user"
     user.mkdir()
     made = links(user)
-    for kind, link in made.items():
+    for link in made.values():
         assert_user_error(cli("export", run_dir, "--out", link), f"{link} is a symbolic link", "give --force")
         assert link.is_symlink()
     for kind in ("dangling", "looping", "folder"):
@@ -377,7 +377,7 @@ def test_prepare_replaces_a_link_only_with_force(tmp_path):
     user = tmp_path / "user"
     user.mkdir()
     made = links(user)
-    for kind, link in made.items():
+    for link in made.values():
         assert_user_error(cli("prepare", "corpus", corpus, "--out", link), f"{link} is a symbolic link", "give --force")
         assert link.is_symlink()
     for kind in ("dangling", "looping", "folder"):

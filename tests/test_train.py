@@ -18,6 +18,7 @@ import shutil
 import signal
 import statistics
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def test_warmup_is_linear_from_lr_over_warmup_to_lr():
     assert learning_rate(config, 400, 0) == pytest.approx(1e-3, rel=1e-12)
     assert learning_rate(config, 800, 0) == pytest.approx(2e-3, rel=1e-12)
     ramp = [learning_rate(config, step, 0) for step in range(1, 801)]
-    steps = [b - a for a, b in zip(ramp, ramp[1:])]
+    steps = [b - a for a, b in pairwise(ramp)]
     assert all(d == pytest.approx(2e-3 / 800, rel=1e-9) for d in steps)
 
 
@@ -216,7 +217,7 @@ def test_ctrl_c_saves_latest_prints_one_line_and_resumes_exactly(tmp_path, corpu
     process = sharnn_process(
         "train", "--preset", "tiny", "--out", run_dir, "--quiet", *RESUMABLE, f"data={corpus_file}"
     )
-    stdout, stderr = signal_when(process, lambda: (run_dir / "latest").exists(), signal.SIGINT)
+    _, stderr = signal_when(process, lambda: (run_dir / "latest").exists(), signal.SIGINT)
     assert "Traceback" not in stderr, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     if process.returncode != 0:

@@ -441,8 +441,9 @@ def format_report(report: dict) -> str:
     lines = [
         f"{where}: {report['tokens']:,} tokens ({report['tokenizer']}), {totals['tokens']:,} predicted, "
         f"{report['streams']} streams, windows of {report['bptt']}",
-        f"bits per token {_format(totals['bits_per_token'], '.4f')}, per byte {_format(totals['bits_per_byte'], '.4f')}, "
-        f"per word {_format(totals['bits_per_word'], '.4f')} ({totals['words']:,} words with one <eos> per line); "
+        f"bits per token {_format(totals['bits_per_token'], '.4f')}, "
+        f"per byte {_format(totals['bits_per_byte'], '.4f')}, per word {_format(totals['bits_per_word'], '.4f')} "
+        f"({totals['words']:,} words with one <eos> per line); "
         f"word perplexity {_format(totals['word_perplexity'], ',.2f')}",
     ]
     if report["kind"] == "bytes":

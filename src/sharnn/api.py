@@ -535,7 +535,8 @@ def format_summary(summary: dict) -> str:
         for split in ("valid", "test")
     }
     return (
-        f"done: valid {summary['valid_bpc']:.4f} BPC (best, step {summary['best_step']}{',' * bool(on['valid'])}{on['valid']}), "
+        f"done: valid {summary['valid_bpc']:.4f} BPC "
+        f"(best, step {summary['best_step']}{',' * bool(on['valid'])}{on['valid']}), "
         f"test {summary['test_bpc']:.4f} BPC{on['test']}"
         + (f" (word perplexity {summary['test_word_perplexity']:.1f})" if summary.get("test_word_perplexity") else "")
         + f", {summary['steps']} steps in {summary['train_seconds']:.0f} s; "

@@ -8,8 +8,9 @@ saves first and prints its resume command, with the same statuses).
 
 Each command parses its options, calls one function of the library (:mod:`sharnn.api`,
 reached through ``sharnn``'s names, which load on first use) and prints its result; the
-errors and signals become lines and exit statuses in :mod:`sharnn.console`. torch loads
-only when a command runs, so that ``--help``, ``--version`` and usage errors answer at once.
+errors and signals become lines and exit statuses in :mod:`sharnn.console`, which also
+defines the options several commands share. torch loads only when a command runs, so
+that ``--help``, ``--version`` and usage errors answer at once.
 """
 
 from __future__ import annotations
@@ -21,46 +22,10 @@ import click
 
 import sharnn
 
-from .console import Group
-
-# The options several commands share.
-_force_out = click.option(
-    "--force",
-    "-f",
-    is_flag=True,
-    help="Replace --out if it is a symbolic link (the link, never its target); an existing folder is never replaced.",
-)
-_force_dest = click.option(
-    "--force", "-f", is_flag=True, help="Replace DEST if it is a file or a symbolic link (the link, never its target)."
-)
-_quiet = click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
-_split = click.option("--split", type=click.Choice(["valid", "test"]), default="test", show_default=True)
-_bptt = click.option(
-    "--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt]."
-)
+from . import console
 
 
-_streams = click.option(
-    "--streams",
-    default=None,
-    type=click.IntRange(min=1),
-    help="Parallel streams [default: the run's valid_streams or test_streams].",
-)
-
-
-def _runtime(command):
-    """The --device and --fast-path options of eval, generate and analyze."""
-    command = click.option(
-        "--fast-path",
-        type=click.Choice(["auto", "on", "off"]),
-        default="auto",
-        show_default=True,
-        help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.",
-    )(command)
-    return click.option("--device", default="auto", show_default=True)(command)
-
-
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=console.Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="sharnn")
 @click.pass_context
 def main(ctx):
@@ -84,8 +49,8 @@ def prepare():
     default=None,
     help="enwik8.zip or the raw enwik8 file: a path or an http(s) URL [default: the canonical URL].",
 )
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-@_force_out
+@console.out_option
+@console.force_out_option
 def prepare_enwik8_command(source, out, force):
     """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
     from .prepare import ENWIK8_URL, prepare_enwik8
@@ -103,8 +68,8 @@ def prepare_enwik8_command(source, out, force):
     "(.gz or not) [default: the copy bundled with sharnn].",
 )
 @click.option("--tokenizer", default="words", show_default=True, help="bytes, words or bpe:N (e.g. bpe:8000).")
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
-@_force_out
+@console.out_option
+@console.force_out_option
 def prepare_wikitext2_command(source, tokenizer, out, force):
     """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
     tokenize it (docs/tokenization.md)."""
@@ -123,7 +88,7 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
 
 @prepare.command("corpus")
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
+@console.out_option
 @click.option(
     "--valid-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True)
 )
@@ -131,7 +96,7 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
     "--test-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True)
 )
 @click.option("--tokenizer", default="bytes", show_default=True, help="bytes or bpe:N (trained on the train split).")
-@_force_out
+@console.force_out_option
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
     """Any file or folder of files (concatenated), split by position."""
     from .prepare import prepare_corpus, prepared_report
@@ -161,7 +126,7 @@ def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer
     help="Start from the weights of this run (its best checkpoint) or checkpoint: the model is its, the "
     "data and recipe come from the preset or config; a new optimizer and schedule.",
 )
-@_quiet
+@console.quiet_option
 @click.argument("overrides", nargs=-1)
 def train(preset, config_file, out, resume, init_from, quiet, overrides):
     """Train from a preset or config file, with key=value overrides
@@ -179,19 +144,14 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 
 
 @main.command("eval")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
-@_split
+@console.checkpoint_argument
+@console.split_option
 @click.option(
     "--file", "file", default=None, type=click.Path(path_type=Path), help="Evaluate on this file instead of a split."
 )
-@click.option(
-    "--streams",
-    default=None,
-    type=click.IntRange(min=1),
-    help="Parallel streams [default: the run's valid_streams or test_streams; test_streams for files].",
-)
-@_bptt
-@_runtime
+@console.streams_option("the run's valid_streams or test_streams; test_streams for files")
+@console.bptt_option
+@console.runtime_options
 def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     """Bits per byte, nats per token and perplexity of a checkpoint (a checkpoint folder,
     a run folder for its best checkpoint, or an exported or save_pretrained folder); for
@@ -200,7 +160,7 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
 
 
 @main.command()
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@console.checkpoint_argument
 @click.option("--prompt", default=None, help="Prompt text (UTF-8).")
 @click.option("--prompt-file", default=None, type=click.Path(path_type=Path), help="Read the prompt bytes from a file.")
 @click.option(
@@ -216,7 +176,7 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
 )
 @click.option("--top-p", default=1.0, show_default=True, type=float, help="Nucleus sampling mass, in (0, 1].")
 @click.option("--seed", default=None, type=int, help="Seed for reproducible samples.")
-@_runtime
+@console.runtime_options
 def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top_p, seed, device, fast_path):
     """Sample from a checkpoint (a checkpoint, run, exported or save_pretrained folder),
     streaming the text to standard output as it comes: --max-bytes bytes from a byte
@@ -231,8 +191,8 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
 
 
 @main.command()
-@click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
-@click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
+@console.source_argument
+@console.dest_argument
 @click.option(
     "--model",
     "model_path",
@@ -259,8 +219,8 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     show_default=True,
     help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.",
 )
-@_force_dest
-@_quiet
+@console.force_dest_option
+@console.quiet_option
 @click.argument("overrides", nargs=-1)
 def compress(source, dest, model_path, online, streams, device, force, quiet, overrides):
     """Compress SOURCE to DEST (`-`: standard input or output) with a model, exactly
@@ -280,8 +240,8 @@ def compress(source, dest, model_path, online, streams, device, force, quiet, ov
 
 
 @main.command()
-@click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
-@click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
+@console.source_argument
+@console.dest_argument
 @click.option(
     "--model",
     "model_path",
@@ -289,8 +249,8 @@ def compress(source, dest, model_path, online, streams, device, force, quiet, ov
     type=click.Path(path_type=Path),
     help="The run or checkpoint SOURCE was compressed with (not for --online files).",
 )
-@_force_dest
-@_quiet
+@console.force_dest_option
+@console.quiet_option
 def decompress(source, dest, model_path, force, quiet):
     """Decompress SOURCE to DEST (`-`: standard input or output). Every stream's CRC32 is
     checked before anything is written; on any mismatch nothing is."""
@@ -299,14 +259,14 @@ def decompress(source, dest, model_path, force, quiet):
 
 
 @main.command()
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@console.checkpoint_argument
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create; it must not exist.")
 @click.option(
     "--collapse",
     is_flag=True,
     help="Fold each value-gate network into its constant first: fewer parameters, the same outputs.",
 )
-@_force_out
+@console.force_out_option
 def export(checkpoint, out, collapse, force):
     """Write a run's best checkpoint (or the given checkpoint) as a folder to share in the
     Hugging Face Hub layout: config.json, model.safetensors, a model card README.md,
@@ -320,17 +280,17 @@ def analyze():
 
 
 @analyze.command("tokenization")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
-@_split
-@_streams
-@_bptt
+@console.checkpoint_argument
+@console.split_option
+@console.streams_option()
+@console.bptt_option
 @click.option(
     "--max-tokens",
     default=None,
     type=click.IntRange(min=2),
     help="Score only the first N tokens of the split, for a quick look [default: all].",
 )
-@_runtime
+@console.runtime_options
 @click.option(
     "--out",
     default=None,

@@ -39,6 +39,7 @@ import zlib
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 
 import constriction
 import numpy as np
@@ -241,7 +242,7 @@ def _code(
         model_sha256=fingerprint,
         length=len(data),
         streams=len(lengths),
-        stream_crc32=[zlib.crc32(data[a:b]) for a, b in zip(starts[:-1], starts[1:])],
+        stream_crc32=[zlib.crc32(data[a:b]) for a, b in pairwise(starts)],
         payload_bytes=len(payload),
         payload_crc32=zlib.crc32(payload),
         environment=environment(_device(model)),
@@ -315,6 +316,36 @@ def decompress(
     header, payload = read_header(blob, name)
     if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
         return payload
+    model, online = _decoding_model(header, model, name)
+    if not header.length:
+        return b""
+    decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
+    lengths = stream_lengths(header.length, header.streams)
+
+    def code(t: int, probs: np.ndarray) -> np.ndarray:
+        return decoder.decode(_FAMILY, probs)
+
+    try:
+        with torch_threads(header.environment["threads"]):
+            grid = _walk(model, lengths, code, online, progress)
+    except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
+        raise DataError(f"{name} does not decode: {e}") from None
+    except MemoryError:
+        raise DataError(
+            f"{name}: decoding its {header.length:,} bytes needs more memory than this machine has"
+        ) from None
+    return _check_streams(grid, lengths, header, name, _device(model))
+
+
+def _decoding_model(header: Header, model: SHARNN | None, name: str) -> tuple[SHARNN, TrainConfig | None]:
+    """The model that decodes a coded file and, in online mode, its settings: ``model`` in
+    model mode, the fixed-seed initialisation rebuilt from the header in online mode,
+    checked against the header's fingerprint.
+
+    Raises:
+        CheckpointError: a model-mode file without its model, or another model.
+        ConfigError: an online file given a model.
+    """
     if header.mode == "online":
         if model is not None:
             raise ConfigError(f"{name} was compressed in online mode: decompress it without a model")
@@ -336,24 +367,7 @@ def decompress(
         raise CheckpointError(
             f"{name}: {what} (sha256 {fingerprint[:16]}..., the file says {header.model_sha256[:16]}...)"
         )
-    if not header.length:
-        return b""
-    decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
-    lengths = stream_lengths(header.length, header.streams)
-
-    def code(t: int, probs: np.ndarray) -> np.ndarray:
-        return decoder.decode(_FAMILY, probs)
-
-    try:
-        with torch_threads(header.environment["threads"]):
-            grid = _walk(model, lengths, code, online, progress)
-    except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
-        raise DataError(f"{name} does not decode: {e}") from None
-    except MemoryError:
-        raise DataError(
-            f"{name}: decoding its {header.length:,} bytes needs more memory than this machine has"
-        ) from None
-    return _check_streams(grid, lengths, header, name, _device(model))
+    return model, online
 
 
 def coding_device(header: Header, name: str = "input") -> torch.device:

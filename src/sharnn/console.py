@@ -2,7 +2,7 @@
 errors a user can cause become one ``error:`` line and an exit status (1, 2 for usage),
 Ctrl-C ``interrupted`` and 130, SIGTERM ``terminated`` and 143; torch is loaded by
 :class:`Command` before a command runs, so that ``--help``, ``--version`` and usage
-errors answer without it.
+errors answer without it. It also defines the options and arguments several commands share.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import click
 
@@ -102,3 +103,43 @@ def _usage_error(e: click.UsageError):
     hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
     click.echo(f"error: {e.format_message()}{hint}", err=True)
     sys.exit(2)
+
+
+# The options and arguments several commands share.
+checkpoint_argument = click.argument("checkpoint", type=click.Path(path_type=Path))
+source_argument = click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
+dest_argument = click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
+out_option = click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
+force_out_option = click.option(
+    "--force",
+    "-f",
+    is_flag=True,
+    help="Replace --out if it is a symbolic link (the link, never its target); an existing folder is never replaced.",
+)
+force_dest_option = click.option(
+    "--force", "-f", is_flag=True, help="Replace DEST if it is a file or a symbolic link (the link, never its target)."
+)
+quiet_option = click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
+split_option = click.option("--split", type=click.Choice(["valid", "test"]), default="test", show_default=True)
+bptt_option = click.option(
+    "--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt]."
+)
+
+
+def streams_option(default: str = "the run's valid_streams or test_streams"):
+    """The --streams option of eval and analyze; ``default`` says what its default is."""
+    return click.option(
+        "--streams", default=None, type=click.IntRange(min=1), help=f"Parallel streams [default: {default}]."
+    )
+
+
+def runtime_options(command):
+    """The --device and --fast-path options of eval, generate and analyze."""
+    command = click.option(
+        "--fast-path",
+        type=click.Choice(["auto", "on", "off"]),
+        default="auto",
+        show_default=True,
+        help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.",
+    )(command)
+    return click.option("--device", default="auto", show_default=True)(command)

@@ -48,8 +48,9 @@ class EvalResult:
     before each line's end), else None.
 
     ``bits``: the total in bits; ``bpc``: bits per byte of text (``bits / bytes``);
-    ``bits_per_token``: ``nats / ln 2``; ``perplexity``: per token (``e^nats``); ``word_perplexity``: ``2^(bits / words)``
-    (None without words). A perplexity that overflows a float is ``inf``.
+    ``bits_per_token``: ``nats / ln 2``; ``perplexity``: per token (``e^nats``);
+    ``word_perplexity``: ``2^(bits / words)`` (None without words). A perplexity that
+    overflows a float is ``inf``.
     """
 
     nats: float

@@ -19,7 +19,7 @@ import urllib.request
 import zipfile
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -322,14 +322,15 @@ def _extract_enwik8(source: Path, raw: Path) -> tuple[int, str]:
     returning their size and MD5."""
     md5, size = hashlib.md5(), 0
     try:
-        if zipfile.is_zipfile(source):
-            with zipfile.ZipFile(source) as z:
+        with ExitStack() as stack:
+            if zipfile.is_zipfile(source):
+                z = stack.enter_context(zipfile.ZipFile(source))
                 if "enwik8" not in z.namelist():
                     raise DataError(f"{source}: zip has no member named 'enwik8'")
-                stream = z.open("enwik8")
-        else:
-            stream = open(source, "rb")
-        with stream, open(raw, "wb") as f:
+                stream = stack.enter_context(z.open("enwik8"))
+            else:
+                stream = stack.enter_context(open(source, "rb"))
+            f = stack.enter_context(open(raw, "wb"))
             while chunk := stream.read(1 << 22):
                 md5.update(chunk)
                 size += len(chunk)

@@ -92,7 +92,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     try:
         with safe_open(file, framework="pt") as f:
             recorded = (f.metadata() or {}).get("sha256")
-            weights = {name: f.get_tensor(name) for name in f.keys()}
+            weights = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 safe_open is not iterable
     except (OSError, SafetensorError) as e:
         raise CheckpointError(f"{file} is missing or corrupt ({str(e).splitlines()[0]})") from None
     if recorded is None:

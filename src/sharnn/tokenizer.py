@@ -27,6 +27,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -91,7 +92,7 @@ class ByteTokenizer(Tokenizer):
 
     name = "bytes"
     vocab_size = 256
-    token_bytes = [bytes([i]) for i in range(256)]
+    token_bytes: ClassVar[list[bytes]] = [bytes([i]) for i in range(256)]
 
     def ids(self, data: bytes) -> np.ndarray:
         return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
