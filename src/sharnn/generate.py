@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .data import Corpus
 from .errors import ConfigError
 from .model import SHARNN
 from .runtime import autocast
-from .tokenizer import Tokenizer
 
 
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -107,19 +107,13 @@ def generate(
             logits, state = step(tokens.view(1, -1), state)
 
 
-def print_sample(
-    model: SHARNN,
-    prompt_ids: np.ndarray,
-    tokenizer: Tokenizer,
-    n: int,
-    seed: int,
-    autocast_dtype: torch.dtype | None = None,
-) -> None:
+def print_sample(model: SHARNN, corpus: Corpus, n: int, seed: int, autocast_dtype: torch.dtype | None = None) -> None:
     """What ``sharnn train`` prints at its end (``sample_bytes``): the prompt, the first
-    256 ids of the test split (``prompt_ids``), on stderr as a header and stdout as text,
-    then ``n`` ids generated from it at temperature 0.8 with ``seed``."""
+    256 ids of the corpus's test split, on stderr as a header and stdout as text, then
+    ``n`` ids generated from it at temperature 0.8 with ``seed``."""
+    tokenizer = corpus.tokenizer
     unit = "bytes" if tokenizer.is_bytes else f"{tokenizer.name} tokens"
-    prompt = torch.from_numpy(prompt_ids.astype(np.int64))
+    prompt = torch.from_numpy(corpus.test[:256].astype(np.int64))
     steps = generate(model, prompt.view(-1, 1), n, temperature=0.8, seed=seed, autocast_dtype=autocast_dtype)
     sample = [int(tokens[0]) for tokens in steps]
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

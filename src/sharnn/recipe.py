@@ -47,6 +47,11 @@ class Progress:
     finished: bool = False  # all epochs (or max_steps, max_seconds) done and validated
     valid_due: bool = False  # this step's validation is still to do (a stop came before or during it)
 
+    def epochs_done(self, rows: int) -> float:
+        """Epochs of training done: whole epochs plus the fraction of the current one, in
+        train streams of ``rows`` rows."""
+        return self.epoch + self.row / (rows - 1)
+
 
 def learning_rate(config: TrainConfig, step: int, epoch: int) -> float:
     """Linear warmup over ``warmup_steps`` (step counts from 1), then constant, halved once

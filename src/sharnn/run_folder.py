@@ -7,63 +7,40 @@
     .lock                  held by the process that trains in it (sharnn.files.Lock)
 
 :class:`RunFolder` writes it, from the main process of a run alone. Around it, what a
-run's start, stop and resume need of run folders: :func:`resume_config` and
-:func:`resume_changes` (what a resume may change: :data:`RESUMABLE`),
-:func:`trained_tokenizer` and :func:`load_init_weights` (the checkpoint a run goes on
-with or starts from), :func:`read_summary`, the commands that start and resume a run
-(:func:`command_line`, :func:`resume_command`), and :class:`StopRequest` (Ctrl-C,
-SIGTERM or a hook: the run saves ``latest`` and stops).
+run's records, stop and resume need of run folders: :class:`TrainLog` (the train
+records), :func:`config_changes`, :func:`read_summary`, the commands that start and
+resume a run (:func:`command_line`, :func:`resume_command`), and :class:`StopRequest`
+(Ctrl-C, SIGTERM or a hook: the run saves ``latest`` and stops). How a run starts or
+resumes in it: :mod:`sharnn.run_start`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shlex
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from . import checkpoint, files
-from .checkpoint import CONFIG_FILE, RunCheckpoints, read_info
-from .config import TrainConfig, load_config, to_yaml
+from . import files
+from .checkpoint import RunCheckpoints, read_info
+from .config import TrainConfig, to_yaml
 from .distributed import Distributed, launched_by_torchrun, launcher, launcher_as_typed
-from .errors import CheckpointError, ConfigError, Interrupted, RunError
+from .errors import CheckpointError, Interrupted, RunError
 from .evaluate import EvalResult
 from .files import Lock, write_atomically
 from .metrics import MetricsLog
-from .model import SHARNN
 from .recipe import Progress, TrainingState
-from .tokenizer import Tokenizer
 
 LOCK_FILE = ".lock"  # in a run folder: held by the process that trains in it (sharnn.files.Lock)
-# What a resumed run may change: settings that steer training without changing what its
-# checkpoint holds (the model, the data and its streams, the optimizer's state).
-RESUMABLE = frozenset(
-    {
-        "epochs",
-        "max_steps",
-        "max_seconds",
-        "lr",
-        "warmup_steps",
-        "lr_halve_epochs",
-        "clip",
-        "valid_every_steps",
-        "checkpoint_every_steps",
-        "log_every_steps",
-        "progress_every_seconds",
-        "sample_bytes",
-        "compile",
-        "recompute",
-    }
-)
-# What a run started from a checkpoint's weights (init_from) may change in its model.
-INIT_CHANGES = frozenset({"dropouti", "dropouth", "dropouto"})
 
 
 class RunFolder:
@@ -186,15 +163,33 @@ class RunFolder:
         self.metrics.plot()
 
     def save(
-        self, step: int, config: TrainConfig, state: dict, best: bool, info: dict[str, str], again: bool = False
+        self,
+        config: TrainConfig,
+        state: dict,
+        progress: Progress,
+        epochs: float,
+        valid_bpc: float | None,
+        again: bool = False,
     ) -> None:
         """Checkpoint ``state`` (what every process's :meth:`TrainingState.state_dict`
-        gave the main one) as ``latest`` (and ``best``); ``again``: write the step's
-        checkpoint again in place (:meth:`RunCheckpoints.rewrite`).
+        gave the main one) at ``progress`` (``epochs``: the epochs of training done) as
+        ``latest``, and as ``best`` when ``valid_bpc``, this step's validation, is the best
+        so far; ``again``: write the step's checkpoint again in place
+        (:meth:`RunCheckpoints.rewrite`).
 
         Raises:
             CheckpointError, RunError: see :meth:`RunCheckpoints.save`.
         """
+        step = progress.step
+        info = {
+            "step": str(step),
+            "epochs": f"{epochs:.4f}",
+            "best_valid_bpc": repr(progress.best_valid_bpc),
+            "best_step": str(progress.best_step),
+        }
+        if valid_bpc is not None:
+            info["valid_bpc"] = repr(valid_bpc)
+        best = valid_bpc is not None and progress.best_step == step
         write = self.checkpoints.rewrite if again else self.checkpoints.save
         self.distributed.on_main(lambda: write(step, config, state, best=best, info=info))
         self.saved_step = step
@@ -202,9 +197,8 @@ class RunFolder:
     def finish(
         self,
         config: TrainConfig,
-        progress: Progress,
+        state: TrainingState,
         test: EvalResult,
-        model: SHARNN,
         tokenizer: str,
         epochs: float,
         prefix_bytes: dict[str, int | None],
@@ -214,6 +208,8 @@ class RunFolder:
         hyperparameters, write ``summary.json``, close the metrics.
 
         Args:
+            state: the run's training state, at its last step, with the best weights.
+            tokenizer: the name of the corpus's tokenizer.
             epochs: the epochs of training done.
             prefix_bytes: for ``valid`` and ``test``, the bytes scored (``valid_max_bytes``
                 and ``test_max_bytes``), or None for the whole split.
@@ -221,6 +217,7 @@ class RunFolder:
         Returns:
             The summary (its keys: :func:`sharnn.train.train`).
         """
+        progress, model = state.progress, state.model
         summary = {
             "run_dir": str(self.path),
             "valid_bpc": progress.best_valid_bpc,
@@ -242,8 +239,7 @@ class RunFolder:
             "step": progress.best_step,
             "epoch": round(epochs, 4),
             "run_step": progress.step,
-            **scores(test),
-            **prefix(prefix_bytes["test"]),
+            **scores(test, prefix_bytes["test"]),
         }
 
         def write_results() -> None:
@@ -288,82 +284,6 @@ class RunFolder:
         )
 
 
-def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """The configuration to resume a run with: the one its ``latest`` checkpoint holds (or,
-    for a run killed before its first checkpoint, its ``config.yaml``), with ``key=value``
-    overrides applied.
-
-    Raises:
-        RunError: ``run_dir`` is not a run folder.
-        CheckpointError: its stored configuration cannot be read.
-        ConfigError: a bad override (whether a resume may change it is checked by :func:`sharnn.train.train`).
-    """
-    run_dir = Path(run_dir)
-    checkpoints = RunCheckpoints(run_dir)
-    if checkpoints.has_latest():
-        source = checkpoints.latest / CONFIG_FILE
-    elif (run_dir / "config.yaml").is_file():
-        source = run_dir / "config.yaml"
-    elif run_dir.is_dir():
-        raise RunError(
-            f"{run_dir} is not a run folder (it has no config.yaml or checkpoint); "
-            f"start a run with --preset or --config"
-        )
-    else:
-        raise RunError(f"no run folder {run_dir} to resume")
-    try:
-        load_config(source)
-    except ConfigError as e:
-        raise CheckpointError(f"{source}: {e}") from None
-    return load_config(source, overrides)
-
-
-def resume_changes(run_dir: Path, config: TrainConfig) -> dict[str, list]:
-    """The settings a resume of ``run_dir`` with ``config`` changes, as
-    :func:`config_changes` gives them.
-
-    Raises:
-        ConfigError: a change of a setting not in :data:`RESUMABLE` (one that would change
-            what the checkpoint holds).
-        RunError, CheckpointError: see :func:`resume_config`.
-    """
-    changes = config_changes(resume_config(run_dir), config)
-    refused = [key for key in changes if key not in RESUMABLE]
-    if refused:
-        raise ConfigError(
-            f"a resumed run cannot change {', '.join(refused)} (the model, the data or the optimizer state its "
-            f"checkpoint holds); start a new run, from its weights with --init-from {run_dir} "
-            f"(a resume may change: {', '.join(sorted(RESUMABLE))})"
-        )
-    return changes
-
-
-def trained_tokenizer(config: TrainConfig, run: RunFolder, resumed: bool) -> Tokenizer | None:
-    """The tokenizer of the trained model this run goes on with (its latest checkpoint)
-    or starts from (``init_from``), checked against that model; None for a new model."""
-    if resumed:
-        return checkpoint.read_tokenizer(run.checkpoints.latest, config.model.vocab_size)
-    if config.init_from:
-        source = checkpoint.resolve(config.init_from)
-        return checkpoint.read_tokenizer(source, checkpoint.read_config(source).model.vocab_size)
-    return None
-
-
-def load_init_weights(config: TrainConfig, model: torch.nn.Module, device: torch.device) -> Path:
-    """Load the weights of ``init_from`` (its checkpoint folder, returned), whose model
-    settings must be this run's but for the dropouts."""
-    source = checkpoint.resolve(config.init_from)
-    changes = config_changes(checkpoint.read_config(source).model, config.model)
-    refused = [f"model.{key} {theirs} -> {ours}" for key, (theirs, ours) in changes.items() if key not in INIT_CHANGES]
-    if refused:
-        raise ConfigError(
-            f"init_from {source}: the model must be the checkpoint's, but {', '.join(refused)} "
-            f"(only {', '.join(sorted(INIT_CHANGES))} may differ)"
-        )
-    checkpoint.load_weights(model, source, device)
-    return source
-
-
 def config_changes(old, new) -> dict[str, list]:
     """The settings that differ between two configurations of one kind (:class:`TrainConfig`
     or :class:`SHARNNConfig`), as ``{key: [old, new]}`` with dotted keys for the model."""
@@ -381,22 +301,25 @@ def _flatten(mapping: dict, prefix: str = "") -> dict:
     return flat
 
 
-def scores(result: EvalResult) -> dict:
+def where(split: str, progress: Progress, epochs: float) -> dict:
+    """The first fields of a train or valid record: its split and where the run stands
+    (``epochs``: the epochs of training done; ``seconds``: of training)."""
+    return {"split": split, "step": progress.step, "epoch": round(epochs, 4), "seconds": round(progress.elapsed, 2)}
+
+
+def scores(result: EvalResult, prefix_bytes: int | None = None) -> dict:
     """A split's figures for metrics.jsonl: ``bpc`` (bits per byte of text), ``nats`` (per
     token), and for token corpora ``bits_per_token``, ``perplexity`` (per token) and
-    ``word_perplexity`` (WikiText)."""
+    ``word_perplexity`` (WikiText); ``prefix_bytes`` too when the split was scored on its
+    first ``prefix_bytes`` bytes only (None: the whole split)."""
     figures = {"bpc": result.bpc, "nats": result.nats}
     if result.bytes != result.tokens:
         figures.update(bits_per_token=result.bits_per_token, perplexity=result.perplexity)
     if result.word_perplexity is not None:
         figures["word_perplexity"] = result.word_perplexity
+    if prefix_bytes is not None:
+        figures["prefix_bytes"] = prefix_bytes
     return figures
-
-
-def prefix(size: int | None) -> dict:
-    """``{"prefix_bytes": size}`` for a record of a split scored on its first ``size``
-    bytes only; {} for the whole split (``size`` None)."""
-    return {} if size is None else {"prefix_bytes": size}
 
 
 def describe_score(result: EvalResult) -> str:
@@ -430,6 +353,58 @@ def read_summary(run_dir: str | Path) -> dict | None:
         return json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+class TrainLog:
+    """The train records of a run, one every ``log_every_steps``: the mean loss of the
+    steps since the previous record, summed on the device so that only a record waits for
+    it, and the training throughput, without the time spent inside :meth:`paused`.
+
+    Args:
+        device: where the losses are.
+        bytes_per_token: the train split's mean bytes per token (1 for bytes): the
+            record's ``bpc`` is its bits per token over this.
+    """
+
+    def __init__(self, device: torch.device, bytes_per_token: float):
+        self.bytes_per_token = bytes_per_token
+        self.loss_sum = torch.zeros((), device=device)  # accumulated on the device; read at log steps
+        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+
+    def add(self, loss: torch.Tensor, tokens: int) -> None:
+        """Count one step: its loss (nats per token, a 0-dim tensor) and its tokens."""
+        self.loss_sum += loss
+        self.steps += 1
+        self.tokens += tokens
+
+    def record(self, where: dict, lr: float, grad_norm: torch.Tensor) -> dict:
+        """The train record of the steps since the previous one (``where``: its split,
+        step, epoch and seconds), with this step's ``lr`` and ``grad_norm``; the next
+        record counts from here."""
+        now = time.perf_counter()
+        bits_per_token = float(self.loss_sum) / self.steps / math.log(2)
+        record = {
+            **where,
+            "bpc": bits_per_token / self.bytes_per_token,
+            "lr": lr,
+            "grad_norm": float(grad_norm),
+            "tokens_per_s": self.tokens / (now - self.start),  # training time only: see paused
+        }
+        if self.bytes_per_token != 1:
+            record["bits_per_token"] = bits_per_token
+        self.loss_sum.zero_()
+        self.steps = self.tokens = 0
+        self.start = now
+        return record
+
+    @contextmanager
+    def paused(self):
+        """Time spent inside is not training time: it does not count in ``tokens_per_s``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.start += time.perf_counter() - start
 
 
 class _NoMetrics:

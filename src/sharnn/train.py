@@ -5,23 +5,21 @@ testing; :class:`Trainer` holds the named steps of its loop.
 A stopped run (Ctrl-C, SIGTERM, a ``should_stop`` hook, kill -9) continues from
 ``latest`` with ``train(..., resume=True)`` as if it had never stopped (a stop during a
 validation abandons it within a window and saves the step; the resume validates it); a
-resume may also change the settings in :data:`~sharnn.run_folder.RESUMABLE`, and a new run
+resume may also change the settings in :data:`~sharnn.run_start.RESUMABLE`, and a new run
 may start from trained weights (``init_from``). A run that diverges stops without saving.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from . import checkpoint
+from . import checkpoint, recipe, run_start
 from .config import TrainConfig
 from .data import batchify, get_batch, load_corpus, window_length
 from .distributed import Distributed
@@ -29,30 +27,9 @@ from .errors import TrainingDiverged
 from .evaluate import EvalResult, EvaluationStopped, evaluate
 from .generate import print_sample
 from .progress import ProgressDisplay
-from .recipe import (
-    Divergence,
-    Progress,
-    TrainingState,
-    budget_used,
-    check_corpus,
-    learning_rate,
-    mean_bytes_per_token,
-    out_of_budget,
-    split_prefix,
-    train_step,
-)
-from .run_folder import (
-    RunFolder,
-    StopRequest,
-    describe_score,
-    load_init_weights,
-    prefix,
-    read_summary as read_summary,
-    resume_changes,
-    resume_config as resume_config,
-    scores,
-    trained_tokenizer,
-)
+from .recipe import Progress, learning_rate, out_of_budget, split_prefix
+from .run_folder import RunFolder, StopRequest, TrainLog, describe_score, read_summary as read_summary, scores, where
+from .run_start import resume_config as resume_config
 from .runtime import Runtime, resolve_device
 
 
@@ -68,7 +45,7 @@ def train(
 
     Args:
         config: the run's configuration. With ``resume``, the run's own (see
-            :func:`resume_config`), where only the settings in :data:`~sharnn.run_folder.RESUMABLE` may differ
+            :func:`resume_config`), where only the settings in :data:`~sharnn.run_start.RESUMABLE` may differ
             from what the run used so far; each change is recorded in ``metrics.jsonl``.
         run_dir: the run folder; must not exist unless ``resume``.
         resume: continue from ``run_dir/latest`` (a run killed before its first
@@ -127,14 +104,8 @@ def _train(trainer: Trainer, config: TrainConfig, should_stop: Callable[[Progres
             # saved, a resume tests it), or a second signal outside a save: stop at once
             raise trainer.run.interrupted(stop_requested.signal, trainer.state.progress.step) from None
     if config.sample_bytes and not trainer.quiet:
-        print_sample(
-            trainer.state.model,
-            trainer.corpus.test[:256],
-            trainer.corpus.tokenizer,
-            config.sample_bytes,
-            config.seed,
-            trainer.runtime.autocast_dtype,
-        )
+        state, corpus = trainer.state, trainer.corpus
+        print_sample(state.model, corpus, config.sample_bytes, config.seed, trainer.runtime.autocast_dtype)
     return summary
 
 
@@ -190,8 +161,9 @@ def _validate_resumed_step(trainer: Trainer, stop_requested: StopRequest) -> boo
 
 class Trainer:
     """One run of the recipe in a :class:`RunFolder`: its set-up (a new run, a resumed one,
-    or one started from trained weights; ``summary`` is set when a resumed run had
-    finished already) and the named steps :func:`train` calls, around a :class:`TrainingState`.
+    or one started from trained weights: :mod:`sharnn.run_start`; ``summary`` is set when
+    a resumed run had finished already) and the named steps :func:`train` calls, around a
+    :class:`~sharnn.recipe.TrainingState`.
 
     Collective: every process of a run calls :meth:`train_window`, :meth:`agree`,
     :meth:`check_diverged`, :meth:`validate`, :meth:`save` and :meth:`finish` at the
@@ -205,33 +177,31 @@ class Trainer:
         if resume:  # a new run's folder is locked as it is made (RunFolder.create)
             run.lock_for_resume()
         self.quiet = quiet or not self.distributed.is_main
-        changes = resume_changes(run.path, config) if resume else {}
+        changes = run_start.resume_changes(run.path, config) if resume else {}
         self.runtime = Runtime.for_training(config, self.distributed.device(device))
         self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
         resumed = resume and run.checkpoints.has_latest()
-        check_corpus(config, self.corpus, trained_tokenizer(config, run, resumed))
+        recipe.check_corpus(config, self.corpus, run_start.trained_tokenizer(config, run, resumed))
         self.eval_data = {
             split: split_prefix(self.corpus, split, limit)
             for split, limit in (("valid", config.valid_max_bytes), ("test", config.test_max_bytes))
         }
-        self.state = TrainingState(config, self.runtime, self.distributed)
-        self.batched = batchify(self.corpus.train, config.train_streams)[:, self.state.streams]
-        self.summary = _resume(self, changes) if resumed else _start(self, restart=resume)
+        self.state = state = recipe.TrainingState(config, self.runtime, self.distributed)
+        self.batched = batchify(self.corpus.train, config.train_streams)[:, state.streams]
+        self.summary = None
+        if resumed:
+            self.summary = run_start.resume(run, config, state, self.batched.shape[0], changes, self.say)
+        else:
+            run_start.start(run, config, state.model, self.runtime, resume, self.say)
         if self.summary is not None:
             return  # nothing to train: train() returns the summary
-        self.train_model = self.distributed.wrap(self.state.model)  # DDP in a multi-process run
-        self.param_names = {p: n for n, p in self.state.model.state_dict(keep_vars=True).items()}
-        self.loss_sum = torch.zeros((), device=self.runtime.device)  # accumulated on the device; read at log steps
-        self.divergence = Divergence(config.model.vocab_size, self.runtime.device)
-        self.bytes_per_token = mean_bytes_per_token(self.corpus)
-        self.log_steps, self.log_tokens, self.log_start = 0, 0, time.perf_counter()
-        self.clock_start = time.perf_counter() - self.state.progress.elapsed
-        self.display = ProgressDisplay(
-            "train",
-            config.progress_every_seconds,
-            enabled=not self.quiet,
-            start=budget_used(config, self.state.progress, self.epochs_done()),
-        )
+        self.train_model = self.distributed.wrap(state.model)  # DDP in a multi-process run
+        self.param_names = {p: n for n, p in state.model.state_dict(keep_vars=True).items()}
+        self.divergence = recipe.Divergence(config.model.vocab_size, self.runtime.device)
+        self.log = TrainLog(self.runtime.device, recipe.mean_bytes_per_token(self.corpus))
+        self.clock_start = time.perf_counter() - state.progress.elapsed
+        start = recipe.budget_used(config, state.progress, self.epochs_done())
+        self.display = ProgressDisplay("train", config.progress_every_seconds, enabled=not self.quiet, start=start)
 
     def say(self, message: str) -> None:
         if not self.quiet:
@@ -243,8 +213,7 @@ class Trainer:
 
     def epochs_done(self) -> float:
         """Epochs of training done: whole epochs plus the fraction of the current one."""
-        progress = self.state.progress
-        return progress.epoch + progress.row / (self.batched.shape[0] - 1)
+        return self.state.progress.epochs_done(self.batched.shape[0])
 
     def train_window(self) -> bool:
         """One optimizer step on the next window of the train streams; logs every
@@ -257,7 +226,7 @@ class Trainer:
         for group in state.optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = get_batch(self.batched, progress.row, length, self.runtime.device)
-        loss, grad_norm, state.recurrent_state = train_step(
+        loss, grad_norm, state.recurrent_state = recipe.train_step(
             self.train_model,
             state.optimizer,
             state.scaler,
@@ -269,44 +238,21 @@ class Trainer:
         )
         loss = self.distributed.mean(loss)  # over all the streams: every process watches the same loss
         self.divergence.watch(loss, progress.step)
-        self.loss_sum += loss
-        self.log_steps += 1
-        self.log_tokens += length * config.train_streams
+        self.log.add(loss, length * config.train_streams)
         progress.row += length
         progress.elapsed = time.perf_counter() - self.clock_start
-        if self.due(config.log_every_steps):
-            self._log_training(lr, grad_norm)
+        if self.due(config.log_every_steps):  # a train record, of the steps since the last one
+            self.check_diverged()
+            record = self.log.record(where("train", progress, self.epochs_done()), lr, grad_norm)
+            trust = {f"trust_ratio/{self.param_names[p]}": float(r) for p, r in state.optimizer.trust_ratios.items()}
+            self.run.log(record, trust)
+            self.display.update(bpc=f"{record['bpc']:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}", lr=f"{lr:.2e}")
+        epochs = self.epochs_done()
         steps = f"{progress.step}/{config.max_steps}" if config.max_steps > 0 else progress.step
         self.display.update(
-            budget_used(config, progress, self.epochs_done()),
-            step=steps,
-            epoch=f"{self.epochs_done():.2f}/{config.epochs}",
+            recipe.budget_used(config, progress, epochs), step=steps, epoch=f"{epochs:.2f}/{config.epochs}"
         )
         return progress.row >= rows - 1
-
-    def _log_training(self, lr: float, grad_norm: torch.Tensor) -> None:
-        self.check_diverged()
-        progress, now = self.state.progress, time.perf_counter()
-        bits_per_token = float(self.loss_sum) / self.log_steps / math.log(2)
-        bpc = bits_per_token / self.bytes_per_token
-        record = {
-            "split": "train",
-            "step": progress.step,
-            "epoch": round(self.epochs_done(), 4),
-            "seconds": round(progress.elapsed, 2),
-            "bpc": bpc,
-            "lr": lr,
-            "grad_norm": float(grad_norm),
-            "tokens_per_s": self.log_tokens / (now - self.log_start),  # training time only: see _paused
-        }
-        if self.bytes_per_token != 1:
-            record["bits_per_token"] = bits_per_token
-        trust = {f"trust_ratio/{self.param_names[p]}": float(r) for p, r in self.state.optimizer.trust_ratios.items()}
-        self.run.log(record, trust)
-        self.display.update(bpc=f"{bpc:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}", lr=f"{lr:.2e}")
-        self.loss_sum.zero_()
-        self.log_steps = self.log_tokens = 0
-        self.log_start = now
 
     def agree(self, stop: bool) -> bool:
         """Whether any process asks to stop; every process takes the longest training time
@@ -321,9 +267,9 @@ class Trainer:
         progress.epoch, progress.row, self.state.recurrent_state = progress.epoch + 1, 0, None
 
     def check_diverged(self, saving: bool = False) -> None:
-        """Stop a run that has diverged (see :class:`Divergence`). Before a save (``saving``)
-        the weights must be finite and the last loss not far above the uniform baseline,
-        so that no checkpoint is written from a diverged state.
+        """Stop a run that has diverged (see :class:`~sharnn.recipe.Divergence`). Before a
+        save (``saving``) the weights must be finite and the last loss not far above the
+        uniform baseline, so that no checkpoint is written from a diverged state.
 
         Raises:
             TrainingDiverged: what happened and at which step, the last good checkpoint,
@@ -340,7 +286,7 @@ class Trainer:
     def validate(self, abandon: Callable[[], bool] | None = None) -> float | None:
         """Score the valid split (its first ``valid_max_bytes``), log it and return its
         BPC (a new best updates the progress); None if ``abandon`` asked to stop first."""
-        with self._paused():
+        with self.log.paused():
             progress, size = self.state.progress, self.eval_data["valid"][1]
             result = self._evaluate("valid", self.config.valid_streams, abandon)
             if result is None:
@@ -349,16 +295,7 @@ class Trainer:
             improved = result.bpc < progress.best_valid_bpc
             if improved:
                 progress.best_valid_bpc, progress.best_step = result.bpc, progress.step
-            self.run.record(
-                {
-                    "split": "valid",
-                    "step": progress.step,
-                    "epoch": round(self.epochs_done(), 4),
-                    "seconds": round(progress.elapsed, 2),
-                    **scores(result),
-                    **prefix(size),
-                }
-            )
+            self.run.record({**where("valid", progress, self.epochs_done()), **scores(result, size)})
             self.say(
                 f"step {progress.step} (epoch {self.epochs_done():.2f}): valid {describe_score(result)}"
                 + ("" if size is None else f" on its first {size:,} bytes")
@@ -370,21 +307,12 @@ class Trainer:
         """Checkpoint the training state as ``latest`` (and ``best`` when ``valid_bpc``,
         this step's validation, is the best so far); ``again``: write the step's checkpoint
         again in place, with its validation done on resume."""
-        with self._paused():
+        with self.log.paused():
             progress = self.state.progress
             progress.elapsed = time.perf_counter() - self.clock_start
-            info = {
-                "step": str(progress.step),
-                "epochs": f"{self.epochs_done():.4f}",
-                "best_valid_bpc": repr(progress.best_valid_bpc),
-                "best_step": str(progress.best_step),
-            }
-            if valid_bpc is not None:
-                info["valid_bpc"] = repr(valid_bpc)
-            best = valid_bpc is not None and progress.best_step == progress.step
             state = self.state.state_dict()  # every process takes part; the main one writes it
             state["tokenizer"] = self.corpus.tokenizer
-            self.run.save(progress.step, self.config, state, best, info, again=again)
+            self.run.save(self.config, state, progress, self.epochs_done(), valid_bpc, again=again)
 
     def _evaluate(self, split: str, streams: int, abandon: Callable[[], bool] | None) -> EvalResult | None:
         """Score a split (or its prefix) with the paper's protocol, showing its progress;
@@ -411,15 +339,6 @@ class Trainer:
             return None
         return self.distributed.combine(result)  # each process scored its block of the streams
 
-    @contextmanager
-    def _paused(self):
-        """Time spent inside is not training time: it does not count in ``tokens_per_s``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.log_start += time.perf_counter() - start
-
     def finish(self, abandon: Callable[[], bool] | None = None) -> dict:
         """Test the best checkpoint (on the first ``test_max_bytes``), write ``summary.json``;
         the summary.
@@ -432,56 +351,7 @@ class Trainer:
         test = self._evaluate("test", self.config.test_streams, abandon)
         if test is None:
             raise EvaluationStopped
+        prefix_bytes = {split: size for split, (_, size) in self.eval_data.items()}
         return self.run.finish(
-            self.config,
-            self.state.progress,
-            test,
-            self.state.model,
-            self.corpus.tokenizer.name,
-            self.epochs_done(),
-            {split: size for split, (_, size) in self.eval_data.items()},
+            self.config, self.state, test, self.corpus.tokenizer.name, self.epochs_done(), prefix_bytes
         )
-
-
-def _start(trainer: Trainer, restart: bool) -> None:
-    """Set up a new run, or (``restart``) a run folder that has no checkpoint yet, from
-    step 0. The main process alone creates the run folder."""
-    config, run, model = trainer.config, trainer.run, trainer.state.model
-    source = load_init_weights(config, model, trainer.runtime.device) if config.init_from else None
-    if restart:
-        trainer.say(f"{run.path} has no checkpoint yet: starting it again from step 0")
-    run.create(config, restart)
-    trainer.say(
-        f"model: {model.num_parameters() / 1e6:.2f}M parameters "
-        f"({model.num_parameters(collapsed=True) / 1e6:.2f}M collapsed), {trainer.runtime.describe()}"
-        + (f", {trainer.distributed.world_size} processes" if trainer.distributed.active else "")
-    )
-    if source is not None:
-        trainer.say(f"weights from {source}; a new optimizer and schedule")
-
-
-def _resume(trainer: Trainer, changes: dict[str, list]) -> dict | None:
-    """Set up a resumed run from its ``latest`` checkpoint; the summary of a run that
-    had finished there already (nothing to train), else None."""
-    config, run, state = trainer.config, trainer.run, trainer.state
-    run.restore(state, config.model.n_layers, trainer.runtime.device)
-    progress = state.progress
-    progress.finished = out_of_budget(config, progress)
-    if progress.finished and "valid_bpc" not in checkpoint.read_info(run.checkpoints.latest):
-        progress.valid_due = True  # the new budget ends the run here: its last step is validated, as always
-    summary = run.summary()
-    if progress.finished and summary is not None and summary.get("steps") == progress.step:
-        trainer.say(
-            f"{run.path} has finished (step {progress.step}, epoch {trainer.epochs_done():.2f}); "
-            f"to train on, resume it with a larger max_steps, epochs or max_seconds"
-        )
-        return summary
-    run.reopen(config, progress.step, progress.best_step, trainer.epochs_done(), changes)
-    trainer.say(f"resuming {run.path} at step {progress.step} (epoch {trainer.epochs_done():.2f})")
-    if state.saved_processes != trainer.distributed.world_size:
-        trainer.say(
-            f"the checkpoint was saved by {state.saved_processes} process(es), this run has "
-            f"{trainer.distributed.world_size}: the streams are shared out again, and dropout draws fresh masks"
-        )
-    if changes:
-        trainer.say("changed: " + ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changes.items()))
