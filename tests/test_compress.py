@@ -335,6 +335,22 @@ def test_a_format_1_file_made_before_the_stored_mode_decodes_byte_exactly(tmp_pa
     assert "CRC32 of 2 streams checked" in result.stdout
 
 
+def test_a_format_2_file_of_a_saved_model_whose_config_holds_ints_decodes_byte_exactly(tmp_path):
+    """tests/data/v2-model.shz was coded (format 2) by sharnn 0.2.0 before the configs were
+    typed through OmegaConf, with tests/data/v2-model, a save_pretrained folder whose
+    config.json holds whole numbers for its dropouts (``"dropouti": 0``): the model's
+    fingerprint covers its config as given, so loading it must not turn 0 into 0.0."""
+    blob, original = (DATA / "v2-model.shz").read_bytes(), (DATA / "v2-model.txt").read_bytes()
+    header, _ = read_header(blob)
+    assert header.storage == "coded" and header.mode == "model"
+    result = cli("decompress", DATA / "v2-model.shz", tmp_path / "out.txt", "--model", DATA / "v2-model", "--quiet")
+    if result.exit_code and "cpu_capability" in result.stderr:  # another kind of CPU: refused, never misdecoded
+        assert header.environment["cpu_capability"] != torch.backends.cpu.get_cpu_capability()
+        return
+    assert_ok(result)
+    assert (tmp_path / "out.txt").read_bytes() == original
+
+
 def test_input_coding_would_grow_is_stored_raw_and_decodes_without_the_model(model):
     data = np.random.default_rng(1).integers(0, 256, 600, dtype=np.uint8).tobytes()
     blob = compress(data, model, streams=2)

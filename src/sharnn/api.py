@@ -499,7 +499,8 @@ def train_run(
             :func:`sharnn.train.train`.
     """
     from .distributed import Distributed
-    from .train import resume_config, train
+    from .run_start import resume_config
+    from .train import train
 
     if resume is not None:
         if preset or config_file or out or init_from:
@@ -580,7 +581,7 @@ def _checkpoint_scores(path: Path) -> str:
     """``checkpoint FOLDER: step N, epoch E, valid X BPC, test Y BPC`` for the checkpoint
     at ``path`` (a run's best): what its run recorded in it, and the test BPC from the
     run's summary.json when it is the checkpoint that was tested."""
-    from .train import read_summary
+    from .run_folder import read_summary
 
     try:
         folder = resolve(path)

@@ -31,8 +31,8 @@ from .errors import CheckpointError
 from .files import check_new, output_lock, publish, staging_folder
 from .metrics import plot_bpc, read_records
 from .model import SHARNN, SHARNNConfig
+from .run_folder import read_summary
 from .tokenizer import ByteTokenizer, Tokenizer, save_tokenizer
-from .train import read_summary
 
 TRAINING_FILE, CURVE_FILE = "training.json", "bpc.png"
 

@@ -31,6 +31,7 @@ with the SHA-256 of its weights, a model card), strictly; the file format is
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
@@ -57,17 +58,45 @@ def typed(config, prefix: str = ""):
     :class:`sharnn.config.TrainConfig`) whose every value is read as its annotation's type
     by OmegaConf's structured configs: the one type check of the configurations, the same
     that :func:`sharnn.config.load_config` applies to YAML and ``key=value`` overrides. A
-    value OmegaConf can read as the type is read so (``"256"`` as 256, ``0`` as 0.0,
-    ``(0, 1)`` as ``[0, 1]``); ``config`` itself is not changed. ``prefix`` says where
-    ``config`` sits (``"model."``), for the messages.
+    value OmegaConf would have to convert to read it as its type (text for a number, a
+    number for a bool) is refused: a configuration keeps its values as they were given,
+    which is what is saved and fingerprinted; a whole number for a float passes (``0``
+    reads as 0.0), and so does a tuple for a list. ``config`` itself is not changed.
+    ``prefix`` says where ``config`` sits (``"model."``), for the messages.
 
     Raises:
         ConfigError: naming the first key whose value is not of its type.
     """
     try:
-        return OmegaConf.to_object(OmegaConf.structured(config))
+        converted = OmegaConf.to_object(OmegaConf.structured(config))
     except OmegaConfBaseException as e:
         raise ConfigError(omegaconf_message(e, prefix)) from None
+    _refuse_conversions(config, converted, prefix)
+    return converted
+
+
+def _refuse_conversions(given, converted, prefix: str) -> None:
+    """Raise :class:`ConfigError` for the first value of the dataclass ``given`` that
+    OmegaConf changed in kind to read it (``converted``): text read as a number, a number
+    read as a bool."""
+    for f in dataclasses.fields(given):
+        before, after = getattr(given, f.name), getattr(converted, f.name)
+        if dataclasses.is_dataclass(before):
+            _refuse_conversions(before, after, f"{prefix}{f.name}.")
+            continue
+        same = list(before) == after if isinstance(before, tuple) else before == after
+        kind_kept = isinstance(before, str) == isinstance(after, str) and isinstance(before, bool) == isinstance(
+            after, bool
+        )
+        if not (same and kind_kept):
+            raise ConfigError(f"{prefix}{f.name} must be {_kind(after)}, got {before!r}")
+
+
+def _kind(value) -> str:
+    """How a message names the type of ``value``."""
+    if isinstance(value, bool):
+        return "true or false"
+    return {int: "an integer", float: "a number", str: "a word"}.get(type(value), "a list of integers")
 
 
 def omegaconf_message(e: OmegaConfBaseException, prefix: str = "") -> str:
@@ -132,21 +161,18 @@ class SHARNNConfig:
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"unknown model setting {unknown[0]!r}")
-        return cls(**fields).validate()
+        config = cls(**fields)
+        config.validate()
+        return config
 
-    def validate(self) -> SHARNNConfig:
+    def validate(self) -> None:
         """Check every value: its type (:func:`typed`, OmegaConf's, as for YAML), then its
         range and how the values fit together. Changes nothing.
-
-        Returns:
-            The typed copy of this config (:func:`typed`), the one a model is built from.
 
         Raises:
             ConfigError: naming the first bad value.
         """
-        config = typed(self, "model.")
-        config.check_values()
-        return config
+        typed(self, "model.").check_values()
 
     def check_values(self) -> None:
         """Check the range of every value of this typed config (:meth:`validate` types
@@ -550,7 +576,8 @@ class SHARNN(
 
     def __init__(self, config: SHARNNConfig):
         super().__init__()
-        self.config = config = config.validate()  # the model's own typed copy: collapse() changes it
+        config.validate()
+        self.config = config = copy.deepcopy(config)  # the model's own: collapse() changes it
         attention_blocks = set(config.attention_blocks())
         self.embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, i in attention_blocks) for i in range(config.n_layers))

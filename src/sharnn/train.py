@@ -28,7 +28,7 @@ from .evaluate import EvalResult, EvaluationStopped, evaluate
 from .generate import print_sample
 from .progress import ProgressDisplay
 from .recipe import Progress, learning_rate, out_of_budget, split_prefix
-from .run_folder import RunFolder, StopRequest, TrainLog, describe_score, read_summary as read_summary, scores, where
+from .run_folder import RunFolder, StopRequest, TrainLog, describe_score, scores, where
 from .run_start import resume_config as resume_config
 from .runtime import Runtime, resolve_device
 
