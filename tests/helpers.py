@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -94,14 +95,23 @@ def assert_user_error(result, *fragments: str) -> str:
     return line
 
 
+def ctrl_c_as_at_a_terminal() -> None:
+    """``preexec_fn`` of a process a test sends Ctrl-C to: SIGINT's default disposition,
+    as a command typed at a terminal has. A test run started in the background (``cmd &``
+    in a script) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def sharnn_process(*args: str, **popen_kwargs) -> subprocess.Popen:
-    """Start ``python -m sharnn.cli ARGS`` as a real process (stdout/stderr piped)."""
+    """Start ``python -m sharnn.cli ARGS`` as a real process (stdout/stderr piped), with
+    Ctrl-C as at a terminal (:func:`ctrl_c_as_at_a_terminal`)."""
     return subprocess.Popen(
         [sys.executable, "-m", "sharnn.cli", *[str(a) for a in args]],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=SUBPROCESS_ENV,
+        preexec_fn=ctrl_c_as_at_a_terminal,
         **popen_kwargs,
     )
 

@@ -31,6 +31,7 @@ from helpers import (
     assert_user_error,
     checkpoint_step,
     cli,
+    ctrl_c_as_at_a_terminal,
     metrics,
     shared_run,
     shared_run_output,
@@ -651,6 +652,7 @@ def test_ctrl_c_while_a_command_loads_is_one_line(delay):
         stderr=subprocess.PIPE,
         text=True,
         env=SUBPROCESS_ENV,
+        preexec_fn=ctrl_c_as_at_a_terminal,
     )
     time.sleep(delay)
     process.send_signal(signal.SIGINT)
