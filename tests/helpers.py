@@ -102,16 +102,22 @@ def ctrl_c_as_at_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def sharnn_process(*args: str, **popen_kwargs) -> subprocess.Popen:
+def sharnn_process(*args: str, preexec_fn=None, **popen_kwargs) -> subprocess.Popen:
     """Start ``python -m sharnn.cli ARGS`` as a real process (stdout/stderr piped), with
-    Ctrl-C as at a terminal (:func:`ctrl_c_as_at_a_terminal`)."""
+    Ctrl-C as at a terminal (:func:`ctrl_c_as_at_a_terminal`), then ``preexec_fn``."""
+
+    def before_start() -> None:
+        ctrl_c_as_at_a_terminal()
+        if preexec_fn is not None:
+            preexec_fn()
+
     return subprocess.Popen(
         [sys.executable, "-m", "sharnn.cli", *[str(a) for a in args]],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=SUBPROCESS_ENV,
-        preexec_fn=ctrl_c_as_at_a_terminal,
+        preexec_fn=before_start,
         **popen_kwargs,
     )
 
