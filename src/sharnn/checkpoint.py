@@ -374,8 +374,8 @@ class RunCheckpoints:
 
     def remove_staging(self) -> None:
         """Remove what a writer of this run killed mid-save left half made: the staging
-        folders of its checkpoints and links (``checkpoints/.step-N.XXXXXXXX.tmp``,
-        ``.latest.XXXXXXXX.tmp``, ``.best.XXXXXXXX.tmp``), and nothing else. Only the run's
+        folders of its checkpoints and links (``checkpoints/.step-N.<random>.tmp``,
+        ``.latest.<random>.tmp``, ``.best.<random>.tmp``), and nothing else. Only the run's
         one writer calls this, holding the run's lock."""
         for folder in (self.run_dir, self.run_dir / "checkpoints"):
             for path in folder.glob(".*.tmp"):

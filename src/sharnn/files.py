@@ -47,7 +47,7 @@ class Terminated(BaseException):
 
 def write_atomically(path: str | Path, data: bytes | str) -> None:
     """Write ``data`` (``str`` as UTF-8) to ``path`` through a temporary file of a unique
-    name beside it (``.NAME.XXXXXXXX.tmp``, made by this call), flushed to disk and
+    name beside it (``.NAME.<random>.tmp``, made by this call), flushed to disk and
     renamed over it: ``path`` holds either what it held before or all of ``data``. A
     symbolic link at ``path`` is replaced by the file, its target left as it is. The
     file gets the usual mode (0666 less the umask). The temporary file is removed on any
@@ -74,7 +74,7 @@ def write_atomically(path: str | Path, data: bytes | str) -> None:
 def staging_folder(destination: Path) -> Iterator[Path]:
     """A new empty folder (the usual mode) in which to build ``destination``: named like
     it, inside a private folder beside it that this call makes under a unique name
-    (``.NAME.XXXXXXXX.tmp``). Rename it to ``destination`` inside the block
+    (``.NAME.<random>.tmp``). Rename it to ``destination`` inside the block
     (:func:`publish`); on leaving the block, by any way (an error, Ctrl-C, SIGTERM under
     :func:`sigterm_raises`), the private folder is removed with whatever is left in it.
     Nothing else is ever removed.
