@@ -44,7 +44,7 @@ from sharnn.compress import model_sha256
 from sharnn.config import load_config
 from sharnn.errors import CheckpointError
 from sharnn.metrics import read_records
-from sharnn.model import SHARNN, SHARNNConfig
+from sharnn.model import SHARNN, VARIANT_DEFAULTS, SHARNNConfig
 from sharnn.pretrained import weights_sha256
 from sharnn.tokenizer import WordTokenizer, save_tokenizer
 
@@ -137,7 +137,7 @@ def test_the_weights_file_records_format_and_sha256(tmp_path):
     model.save_pretrained(tmp_path)
     with safe_open(tmp_path / "model.safetensors", framework="pt") as f:
         assert f.metadata() == {"format": "pt", "sha256": weights_sha256(model.state_dict())}
-    assert json.loads((tmp_path / "config.json").read_text()) == dataclasses.asdict(model.config)
+    assert json.loads((tmp_path / "config.json").read_text()) == model.config.to_dict()
 
 
 def test_from_pretrained_honours_map_location(tmp_path):
@@ -148,9 +148,11 @@ def test_from_pretrained_honours_map_location(tmp_path):
 
 def test_the_compressor_fingerprint_is_unchanged_by_the_shared_weights_digest():
     """Compressed files record model_sha256; it must stay what it was before the weights
-    part moved to sharnn.pretrained: the config's JSON, then every tensor by name."""
+    part moved to sharnn.pretrained, and before the variants' settings existed: the JSON of
+    the config's original settings, then every tensor by name."""
     model = _model()
-    digest = hashlib.sha256(json.dumps(dataclasses.asdict(model.config), sort_keys=True).encode())
+    original = {k: v for k, v in dataclasses.asdict(model.config).items() if k not in VARIANT_DEFAULTS}
+    digest = hashlib.sha256(json.dumps(original, sort_keys=True).encode())
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())

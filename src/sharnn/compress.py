@@ -119,7 +119,7 @@ _KEYS = {1: _V1_KEYS, 2: _V1_KEYS | {"storage", "coded_bytes"}}  # the exact key
 def model_sha256(model: SHARNN) -> str:
     """SHA-256 of a model's config (its JSON, keys sorted) and then of every weight (name,
     dtype, shape and bytes; :func:`sharnn.pretrained.update_weights_digest`), hex."""
-    digest = hashlib.sha256(json.dumps(dataclasses.asdict(model.config), sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True).encode())
     update_weights_digest(digest, model.state_dict())
     return digest.hexdigest()
 

@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .model import SHARNNConfig, omegaconf_message, typed
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+OPTIMIZERS = ("lamb", "adamw")
 FAST_PATH = ("auto", "on", "off")
 
 
@@ -42,10 +43,14 @@ class TrainConfig:
         train_streams, valid_streams, test_streams: the number of parallel streams ``B``
             each split is laid out in (the batch size; evaluation protocol: 16 and 8).
         bptt: window length ``T``; with ``bptt_jitter`` the original's random lengths.
-    Optimizer (Min-Trust LAMB, docs/optimizer.md): lr, betas, eps, weight_decay,
-        min_trust; ``clip`` is the global gradient-norm clip (0 disables).
-    Schedule: ``warmup_steps`` linear warmup, then constant; the lr halves at the start of
-        each (1-based) epoch in ``lr_halve_epochs``; ``epochs`` passes over train, or stop
+    Optimizer: ``optimizer`` ``lamb``, Min-Trust LAMB (docs/optimizer.md; ``min_trust`` 0
+        gives plain LAMB), or ``adamw``, ``torch.optim.AdamW`` with ``weight_decay`` on
+        matrices only, as nanoGPT trains; lr, betas, eps, weight_decay, min_trust;
+        ``clip`` is the global gradient-norm clip (0 disables).
+    Schedule: ``warmup_steps`` linear warmup, then constant, or with ``lr_decay_steps``
+        > 0 a cosine decay from ``lr`` at the end of the warmup to ``min_lr`` at step
+        ``lr_decay_steps``, then ``min_lr`` (nanoGPT's schedule); the lr halves at the
+        start of each (1-based) epoch in ``lr_halve_epochs``; ``epochs`` passes over train, or stop
         after ``max_steps`` optimizer steps or ``max_seconds`` of training (wall clock,
         validation included) when those are > 0; the run then validates, saves and tests.
     Evaluation and logging: validation after every epoch and, when > 0, every
@@ -76,6 +81,7 @@ class TrainConfig:
     test_streams: int = 8
     bptt: int = 1024
     bptt_jitter: bool = True
+    optimizer: str = "lamb"
     lr: float = 2e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-6
@@ -85,6 +91,8 @@ class TrainConfig:
     epochs: int = 25
     warmup_steps: int = 800
     lr_halve_epochs: list[int] = field(default_factory=lambda: [24])
+    lr_decay_steps: int = 0
+    min_lr: float = 0.0
     max_steps: int = 0
     max_seconds: float = 0.0
     valid_every_steps: int = 0
@@ -142,6 +150,8 @@ class TrainConfig:
             "sample_bytes",
             "valid_max_bytes",
             "test_max_bytes",
+            "lr_decay_steps",
+            "min_lr",
         )
         for name in non_negative:
             if getattr(self, name) < 0:
@@ -150,6 +160,14 @@ class TrainConfig:
             raise ConfigError(f"progress_every_seconds must be > 0, got {self.progress_every_seconds}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.lr_decay_steps and self.lr_decay_steps <= self.warmup_steps:
+            raise ConfigError(
+                f"lr_decay_steps ({self.lr_decay_steps}) must be more than warmup_steps ({self.warmup_steps}), or 0"
+            )
+        if self.min_lr > self.lr:
+            raise ConfigError(f"min_lr ({self.min_lr}) must be at most lr ({self.lr})")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"betas must be two values in [0, 1), got {list(self.betas)}")
         if any(e < 1 for e in self.lr_halve_epochs):

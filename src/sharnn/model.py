@@ -137,6 +137,21 @@ class SHARNNConfig:
         collapsed: whether the value-gate network has been folded into its constant
             output by :meth:`SHARNN.collapse` (docs/model.md, "Collapse").
 
+    Variants (docs/ablations.md; the defaults are the paper's model):
+        architecture: ``"sha-rnn"``, or ``"transformer"``: the decoder-only baseline of
+            :mod:`sharnn.transformer` built from the same settings (``n_layers`` blocks of
+            width ``d_model``, a feed-forward of ``boom_dim``, a context of
+            ``attention_span`` positions, ``n_heads`` heads); the SHA-RNN-only settings
+            (``attention``, ``cell``, ``value_gate``, ``feed_forward``) keep their defaults.
+        cell: ``"lstm"``, or ``"ln_lstm"``: LayerNorm on the gate pre-activations and on
+            the cell (Ba et al. 2016, §3.1; paper §6.2's open question).
+        value_gate: ``"overparam"``, the paper's gate computed by a network from a vector
+            (§6.4), or ``"vector"``: a plain learned vector through a sigmoid.
+        feed_forward: ``"boom"`` (§3.2), or ``"mlp"``: up-projection, GELU and a
+            down-projection, the Transformer's feed-forward, at the same hidden width.
+        n_heads: attention heads of the Transformer (its width a multiple of it); the
+            SHA-RNN's head is single by design and ignores it.
+
     Raises:
         ConfigError (a ``ValueError``): from :meth:`validate` and :meth:`check_window`.
     """
@@ -152,6 +167,11 @@ class SHARNNConfig:
     dropouto: float = 0.1
     layer_norm_eps: float = 1e-12
     collapsed: bool = False
+    architecture: str = "sha-rnn"
+    cell: str = "lstm"
+    value_gate: str = "overparam"
+    feed_forward: str = "boom"
+    n_heads: int = 4
 
     @classmethod
     def from_dict(cls, fields: dict) -> SHARNNConfig:
@@ -164,6 +184,16 @@ class SHARNNConfig:
         config = cls(**fields)
         config.validate()
         return config
+
+    def to_dict(self) -> dict:
+        """The settings as a mapping (``config.json``'s object, the compressor's fingerprint),
+        the variants' settings left out where they hold their defaults: the paper's model
+        is described, saved and fingerprinted as it was before variants existed."""
+        fields = dataclasses.asdict(self)
+        for name, default in VARIANT_DEFAULTS.items():
+            if fields[name] == default:
+                del fields[name]
+        return fields
 
     def validate(self) -> None:
         """Check every value: its type (:func:`typed`, OmegaConf's, as for YAML), then its
@@ -188,7 +218,21 @@ class SHARNNConfig:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {p}")
         if not 0 < self.layer_norm_eps < math.inf:
             raise ConfigError(f"model.layer_norm_eps must be > 0 and finite, got {self.layer_norm_eps}")
+        for name, choices in VARIANTS.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"model.{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         self.attention_blocks()  # raises on a bad placement
+        if self.architecture == "transformer":
+            self._check_transformer()
+
+    def _check_transformer(self) -> None:
+        """The Transformer's constraints: heads that divide the width, and none of the
+        SHA-RNN's own settings changed from their defaults (they would silently do nothing)."""
+        if self.n_heads < 1 or self.d_model % self.n_heads:
+            raise ConfigError(f"model.n_heads ({self.n_heads}) must be >= 1 and divide model.d_model ({self.d_model})")
+        for name in ("attention", "cell", "value_gate", "feed_forward", "collapsed"):
+            if getattr(self, name) != SHARNN_ONLY_DEFAULTS[name]:
+                raise ConfigError(f"model.{name} is a setting of the SHA-RNN; the Transformer has no use for it")
 
     def attention_blocks(self) -> list[int]:
         """Indices of the blocks that carry an attention head (``attention`` typed: a word or a
@@ -213,11 +257,28 @@ class SHARNNConfig:
         """Refuse a window the model cannot take: with attention, one longer than the
         attention span (the memory would have to hold a negative number of positions).
         Without attention any length is fine. Raises :class:`ConfigError`."""
-        if self.attention_blocks() and length > self.attention_span:
+        if (self.architecture == "transformer" or self.attention_blocks()) and length > self.attention_span:
             raise ConfigError(
                 f"windows of {length} tokens exceed model.attention_span ({self.attention_span}), "
                 "the positions one window may attend to"
             )
+
+
+# The variants' settings, their choices (the first is the paper's) and defaults.
+VARIANTS = {
+    "architecture": ("sha-rnn", "transformer"),
+    "cell": ("lstm", "ln_lstm"),
+    "value_gate": ("overparam", "vector"),
+    "feed_forward": ("boom", "mlp"),
+}
+VARIANT_DEFAULTS = {name: choices[0] for name, choices in VARIANTS.items()} | {"n_heads": 4}
+SHARNN_ONLY_DEFAULTS = {
+    "attention": "single",
+    "cell": "lstm",
+    "value_gate": "overparam",
+    "feed_forward": "boom",
+    "collapsed": False,
+}
 
 
 @dataclass
@@ -706,7 +767,7 @@ class SHARNN(
         """The mixin's hook: write ``config.json`` (this model's config, so a collapsed
         model says so) and ``model.safetensors`` (with the weights' SHA-256). A model card
         left by an earlier save is removed, so that the mixin writes this model's."""
-        pretrained.write_files(Path(save_directory), dataclasses.asdict(self.config), self.state_dict())
+        pretrained.write_files(Path(save_directory), self.config.to_dict(), self.state_dict())
         (Path(save_directory) / "README.md").unlink(missing_ok=True)
 
     @classmethod
@@ -752,7 +813,7 @@ class SHARNN(
         with torch.device("meta"):
             trained = SHARNN(dataclasses.replace(self.config, collapsed=False))
         fields = {
-            "config": dataclasses.asdict(self.config),
+            "config": self.config.to_dict(),
             "attention_blocks": self.config.attention_blocks(),
             "parameters": trained.num_parameters(),
             "parameters_collapsed": trained.num_parameters(collapsed=True),
