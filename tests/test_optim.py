@@ -7,7 +7,10 @@ import math
 import pytest
 import torch
 
+from sharnn.config import load_config
+from sharnn.model import SHARNN
 from sharnn.optim import MinTrustLAMB
+from sharnn.recipe import build_optimizer
 
 B1, B2, EPS = 0.9, 0.999, 1e-6
 
@@ -222,3 +225,57 @@ def test_constructor_rejects_invalid_values(kwargs):
     p = torch.zeros(2, requires_grad=True)
     with pytest.raises(ValueError):
         MinTrustLAMB([p], **kwargs)
+
+
+# --------------------------------------------------------------------------------------
+# The optimizer a training config builds (sharnn.recipe.build_optimizer)
+
+TINY_MODEL = ["model.d_model=16", "model.boom_dim=32", "model.attention_span=48", "bptt=16"]
+
+
+def built(*overrides: str) -> tuple[SHARNN, torch.optim.Optimizer]:
+    config = load_config("tiny", [*TINY_MODEL, *overrides])
+    torch.manual_seed(0)
+    model = SHARNN(config.model)
+    return model, build_optimizer(model, config)
+
+
+def test_adamw_decays_matrices_and_embeddings_only_as_nanogpt_does():
+    model, opt = built("optimizer=adamw", "weight_decay=0.1", "lr=0.01", "betas=[0.8,0.99]", "eps=1e-7")
+    assert type(opt) is torch.optim.AdamW
+    decayed, plain = opt.param_groups
+    names = {p: name for name, p in model.named_parameters()}
+    assert (decayed["weight_decay"], plain["weight_decay"]) == (0.1, 0.0)
+    assert {names[p] for p in decayed["params"]} == {n for n, p in model.named_parameters() if p.dim() >= 2}
+    assert {names[p] for p in plain["params"]} == {n for n, p in model.named_parameters() if p.dim() < 2}
+    assert "embedding.weight" in {names[p] for p in decayed["params"]}
+    assert {"output_bias", "blocks.0.ln_start.weight", "blocks.0.lstm.bias_ih_l0"} <= {
+        names[p] for p in plain["params"]
+    }
+    assert len(decayed["params"]) + len(plain["params"]) == len(list(model.parameters()))  # the tied embedding once
+    for group in opt.param_groups:
+        assert (group["lr"], group["betas"], group["eps"]) == (0.01, (0.8, 0.99), 1e-7)
+    # a step with zero gradients only decays: matrices shrink by (1 - lr wd), the rest stay
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    for name, p in model.named_parameters():
+        expected = before[name] * (1 - 0.01 * 0.1) if p.dim() >= 2 else before[name]
+        assert torch.allclose(p, expected, rtol=0, atol=1e-7), name
+    assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters() if p.dim() >= 2)
+
+
+def test_lamb_is_the_default_and_min_trust_0_is_plain_lamb():
+    _, opt = built()
+    assert type(opt) is MinTrustLAMB and len(opt.param_groups) == 1
+    assert (opt.param_groups[0]["min_trust"], opt.param_groups[0]["weight_decay"]) == (0.25, 0.0)
+    model, opt = built("min_trust=0")
+    assert type(opt) is MinTrustLAMB and opt.param_groups[0]["min_trust"] == 0.0
+    tokens = torch.randint(0, 256, (17, 4), generator=torch.Generator().manual_seed(1))
+    logits, _ = model(tokens[:-1])
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[1:].flatten()).backward()
+    opt.step()
+    ratios = [float(r) for r in opt.trust_ratios.values()]
+    assert len(ratios) == len(list(model.parameters()))
+    assert min(ratios) < 0.25  # no floor: ratios the default would have raised to 0.25

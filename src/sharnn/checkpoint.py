@@ -14,7 +14,8 @@ A checkpoint is a folder in which nothing runs code when loaded::
 
 ``trainer.pt`` holds::
 
-    optimizer    MinTrustLAMB.state_dict(): moments of every parameter
+    optimizer    the optimizer's state_dict(): every parameter's moments (and AdamW's
+                 step count), every group's settings
     scaler       GradScaler.state_dict() (disabled unless fp16)
     jitter_rng   JSON of the NumPy bit-generator state that draws window lengths
     torch_rng    torch.get_rng_state() of every process, one row each ([N, 5056]; an

@@ -1,9 +1,9 @@
 """The training recipe (paper §4.1 and Table 2; docs/training.md): what one optimizer step
 does and what training carries from one step to the next.
 
-- :func:`learning_rate`: linear warmup, then constant with halvings;
-- :func:`build_optimizer` and :func:`train_step`: Min-Trust LAMB, one window of truncated
-  BPTT with global gradient clipping, the state and memory carried and detached;
+- :func:`learning_rate`: linear warmup, then constant or a cosine decay, with halvings;
+- :func:`build_optimizer` and :func:`train_step`: Min-Trust LAMB (or AdamW), one window of
+  truncated BPTT with global gradient clipping, the state and memory carried and detached;
 - :class:`Progress`, :func:`out_of_budget`, :func:`budget_used`: where training stands,
   and when it ends;
 - :class:`Divergence`: when a run has diverged;
@@ -54,11 +54,21 @@ class Progress:
 
 
 def learning_rate(config: TrainConfig, step: int, epoch: int) -> float:
-    """Linear warmup over ``warmup_steps`` (step counts from 1), then constant, halved once
-    for every entry of ``lr_halve_epochs`` that is <= the 1-based ``epoch + 1``."""
-    warmup = min(step / config.warmup_steps, 1.0) if config.warmup_steps else 1.0
+    """The learning rate of optimizer step ``step`` (counted from 1) in the 0-based ``epoch``.
+
+    Linear warmup over ``warmup_steps`` (``lr * step / warmup_steps``); then constant at
+    ``lr``, or with ``lr_decay_steps`` > 0 nanoGPT's cosine decay from ``lr`` at the end of
+    the warmup to ``min_lr`` at step ``lr_decay_steps``, and ``min_lr`` after it. The result
+    is halved once for every entry of ``lr_halve_epochs`` that is <= the 1-based ``epoch + 1``.
+    It depends on the step and epoch only, never on the wall clock."""
+    warmup = config.warmup_steps
+    if config.lr_decay_steps and step > warmup:
+        progress = min((step - warmup) / (config.lr_decay_steps - warmup), 1.0)
+        base = config.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.lr - config.min_lr)
+    else:
+        base = config.lr * (min(step / warmup, 1.0) if warmup else 1.0)
     halvings = sum(1 for e in config.lr_halve_epochs if epoch + 1 >= e)
-    return config.lr * warmup * 0.5**halvings
+    return base * 0.5**halvings
 
 
 def out_of_budget(config: TrainConfig, progress: Progress) -> bool:
@@ -81,15 +91,28 @@ def budget_used(config: TrainConfig, progress: Progress, epochs: float) -> float
     return min(max(used), 1.0)
 
 
-def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> MinTrustLAMB:
-    """Min-Trust LAMB over every parameter, with the config's settings."""
-    return MinTrustLAMB(
-        model.parameters(),
-        lr=config.lr,
-        betas=tuple(config.betas),
-        eps=config.eps,
-        weight_decay=config.weight_decay,
-        min_trust=config.min_trust,
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer ``config.optimizer`` names, with the config's ``lr``, ``betas``, ``eps``
+    and ``weight_decay``: ``lamb``, :class:`~sharnn.optim.MinTrustLAMB` over every parameter
+    (``min_trust`` 0: plain LAMB); ``adamw``, ``torch.optim.AdamW`` in two groups as nanoGPT
+    builds it: ``weight_decay`` on the parameters of 2 or more dimensions (matrices and
+    embeddings), none on the others (biases, gains, gate vectors)."""
+    if config.optimizer == "lamb":
+        return MinTrustLAMB(
+            model.parameters(),
+            lr=config.lr,
+            betas=tuple(config.betas),
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+            min_trust=config.min_trust,
+        )
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        [g for g in groups if g["params"]], lr=config.lr, betas=tuple(config.betas), eps=config.eps
     )
 
 

@@ -244,7 +244,8 @@ class Trainer:
         if self.due(config.log_every_steps):  # a train record, of the steps since the last one
             self.check_diverged()
             record = self.log.record(where("train", progress, self.epochs_done()), lr, grad_norm)
-            trust = {f"trust_ratio/{self.param_names[p]}": float(r) for p, r in state.optimizer.trust_ratios.items()}
+            ratios = getattr(state.optimizer, "trust_ratios", {})  # LAMB's; AdamW has none
+            trust = {f"trust_ratio/{self.param_names[p]}": float(r) for p, r in ratios.items()}
             self.run.log(record, trust)
             self.display.update(bpc=f"{record['bpc']:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}", lr=f"{lr:.2e}")
         epochs = self.epochs_done()
