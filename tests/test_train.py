@@ -99,6 +99,77 @@ def test_each_halving_entry_halves_again_and_no_warmup_means_full_lr():
     assert learning_rate(config, 5, 1) == pytest.approx(0.004 * 0.5 * 0.5)  # warmup and halving multiply
 
 
+def nanogpt_lr(it: int, learning_rate: float, warmup_iters: int, lr_decay_iters: int, min_lr: float) -> float:
+    """nanoGPT's ``get_lr`` (train.py) after its warmup, as it is written there."""
+    assert it >= warmup_iters
+    if it > lr_decay_iters:
+        return min_lr
+    decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    assert 0 <= decay_ratio <= 1
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))  # coeff ranges 0..1
+    return min_lr + coeff * (learning_rate - min_lr)
+
+
+def test_cosine_decay_is_nanogpts_after_the_linear_warmup():
+    config = load_config("tiny", ["lr=0.004", "warmup_steps=100", "lr_decay_steps=1100", "min_lr=0.0004"])
+    for step in (1, 50, 100):  # the warmup, as without the decay
+        assert learning_rate(config, step, 0) == pytest.approx(0.004 * step / 100, rel=1e-12)
+    for step in (101, 350, 600, 1000, 1099, 1100, 1101, 5000, 10**6):  # mid-decay, its end, after
+        expected = nanogpt_lr(step, 0.004, 100, 1100, 0.0004)
+        assert learning_rate(config, step, 0) == pytest.approx(expected, rel=1e-12, abs=0)
+    assert learning_rate(config, 600, 0) == pytest.approx(0.0022, rel=1e-12)  # half-way: the mean of lr and min_lr
+    assert learning_rate(config, 1100, 0) == learning_rate(config, 10**6, 0) == 0.0004
+    halved = load_config("tiny", ["lr=0.004", "warmup_steps=100", "lr_decay_steps=1100", "lr_halve_epochs=[2]"])
+    assert learning_rate(halved, 600, 1) == pytest.approx(0.5 * nanogpt_lr(600, 0.004, 100, 1100, 0.0), rel=1e-12)
+    assert learning_rate(halved, 2000, 1) == 0.0  # min_lr 0, the default
+
+
+def test_no_decay_keeps_the_schedule_bit_for_bit():
+    config = load_config("tiny", ["lr=0.004", "warmup_steps=7", "lr_halve_epochs=[2,3]", "epochs=3", "min_lr=0.001"])
+    for step in (1, 3, 7, 8, 10**6):
+        for epoch in range(3):
+            halvings = sum(1 for e in (2, 3) if epoch + 1 >= e)
+            assert learning_rate(config, step, epoch) == 0.004 * min(step / 7, 1.0) * 0.5**halvings
+
+
+def test_bad_optimizer_and_schedule_settings_are_one_line(tmp_path):
+    for setting, message in (
+        (["optimizer=sgd"], "optimizer must be one of lamb, adamw, got 'sgd'"),
+        (["lr=0.001", "min_lr=0.01"], "min_lr (0.01) must be at most lr (0.001)"),
+        (["warmup_steps=10", "lr_decay_steps=10"], "lr_decay_steps (10) must be more than warmup_steps (10)"),
+        (["min_lr=-1"], "min_lr must be >= 0"),
+    ):
+        result = cli("train", "--preset", "tiny", "--out", tmp_path / "run", *setting)
+        assert_user_error(result, message)
+        assert not (tmp_path / "run").exists()
+    result = cli("compress", __file__, tmp_path / "out.shz", "--online", "optimizer=adamw")
+    assert_user_error(result, "optimizer=adamw: online mode takes only the settings its files record")
+    assert not (tmp_path / "out.shz").exists()
+
+
+def test_min_trust_0_trains_with_plain_lamb(tmp_path, corpus_file):
+    run_dir = tmp_path / "run"
+    with single_thread():
+        assert_ok(
+            cli(
+                "train",
+                "--preset",
+                "tiny",
+                "--out",
+                run_dir,
+                "--quiet",
+                *SMALL,
+                "max_steps=6",
+                "min_trust=0",
+                f"data={corpus_file}",
+            )
+        )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 6 and math.isfinite(summary["valid_bpc"])
+    groups = torch.load(run_dir / "latest" / "trainer.pt", weights_only=True)["optimizer"]["param_groups"]
+    assert [g["min_trust"] for g in groups] == [0.0]
+
+
 def test_training_loop_applies_schedule_over_epochs(tmp_path):
     """Two whole epochs over a tiny corpus with a halving at epoch 2: every logged lr is
     learning_rate(step, epoch), epoch 2 runs at half lr, and each epoch ends with a
@@ -237,6 +308,47 @@ def test_ctrl_c_saves_latest_prints_one_line_and_resumes_exactly(tmp_path, corpu
     result = cli("train", "--resume", run_dir, "--quiet")
     assert_ok(result)
     _assert_same_run(run_dir, reference_run)
+
+
+# AdamW with weight decay and a cosine decay that ends (step 20) before the run does (24).
+ADAMW_COSINE = [
+    *RESUMABLE,
+    "max_steps=24",
+    "optimizer=adamw",
+    "weight_decay=0.1",
+    "lr_decay_steps=20",
+    "min_lr=0.0002",
+]
+
+
+@pytest.mark.slow
+def test_adamw_with_cosine_decay_resumes_exactly_after_kill_9(tmp_path, corpus_file):
+    """The AdamW state (moments and step count) and the schedule come back exactly: a run
+    killed with SIGKILL and resumed ends with the weights of the uninterrupted one."""
+    reference = tmp_path / "reference"
+    config = load_config("tiny", ADAMW_COSINE + [f"data={corpus_file}"])
+    with single_thread():
+        train(config, reference, quiet=True)
+    run_dir = tmp_path / "killed"
+    process = sharnn_process(
+        "train", "--preset", "tiny", "--out", run_dir, "--quiet", *ADAMW_COSINE, f"data={corpus_file}"
+    )
+    _, stderr = signal_when(
+        process, lambda: (run_dir / "latest").exists() and checkpoint_step(run_dir / "latest") >= 12, signal.SIGKILL
+    )
+    assert process.returncode in (-signal.SIGKILL, 0), stderr
+    optimizer = torch.load(run_dir / "latest" / "trainer.pt", weights_only=True)["optimizer"]
+    assert [g["weight_decay"] for g in optimizer["param_groups"]] == [0.1, 0.0]
+    for state in optimizer["state"].values():
+        assert state.keys() == {"exp_avg", "exp_avg_sq", "step"}
+        assert int(state["step"]) == checkpoint_step(run_dir / "latest")
+    assert_user_error(cli("train", "--resume", run_dir, "optimizer=lamb"), "cannot change optimizer")
+
+    assert_ok(cli("train", "--resume", run_dir, "--quiet"))
+    _assert_same_run(run_dir, reference)
+    logged = {r["step"]: r["lr"] for r in metrics(run_dir) if r["split"] == "train"}
+    assert logged == {step: pytest.approx(learning_rate(config, step, 0), rel=1e-12) for step in range(2, 25, 2)}
+    assert logged[20] == logged[24] == pytest.approx(0.0002) and logged[4] == pytest.approx(0.002 * 4 / 5)
 
 
 TWO_EPOCHS = [

@@ -25,7 +25,8 @@ from .runtime import Runtime
 from .tokenizer import Tokenizer
 
 # What a resumed run may change: settings that steer training without changing what its
-# checkpoint holds (the model, the data and its streams, the optimizer's state).
+# checkpoint holds (the model, the data and its streams, the optimizer and its state). The
+# schedule's settings are recomputed from the step at every step, so they may change.
 RESUMABLE = frozenset(
     {
         "epochs",
@@ -34,6 +35,8 @@ RESUMABLE = frozenset(
         "lr",
         "warmup_steps",
         "lr_halve_epochs",
+        "lr_decay_steps",
+        "min_lr",
         "clip",
         "valid_every_steps",
         "checkpoint_every_steps",
