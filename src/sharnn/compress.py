@@ -147,8 +147,16 @@ def online_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """Online mode's settings: the ``tiny`` preset with :data:`ONLINE_DEFAULTS`, then
     ``overrides``. ``bptt`` is the training window, ``seed`` the initialisation; lr,
     warmup_steps, betas, eps, weight_decay, min_trust, clip and dropout apply as in
-    training. Raises :class:`ConfigError`."""
-    return load_config(ONLINE_PRESET, [*ONLINE_DEFAULTS, *overrides])
+    training. Raises :class:`ConfigError`, also for a setting outside :data:`ONLINE_KEYS`:
+    the file would not record it, and decompression would train otherwise."""
+    config = load_config(ONLINE_PRESET, [*ONLINE_DEFAULTS, *overrides])
+    for item in overrides:
+        if item.split("=", 1)[0].split(".", 1)[0] not in ONLINE_KEYS:
+            raise ConfigError(
+                f"{item}: online mode takes only the settings its files record "
+                f"({', '.join(key + '.*' if key == 'model' else key for key in ONLINE_KEYS)})"
+            )
+    return config
 
 
 def online_model(config: TrainConfig) -> SHARNN:
