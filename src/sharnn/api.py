@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import torch
 
+from .architectures import Model, build_model
 from .checkpoint import is_pretrained, load_model, read_config, read_info, read_tokenizer, resolve
 from .compress import (
     Header,
@@ -45,7 +46,6 @@ from .errors import CheckpointError, ConfigError, DataError
 from .evaluate import EvalResult, evaluate
 from .files import check_new, output_lock, write_atomically
 from .generate import filter_logits, generate as sample
-from .model import SHARNN
 from .progress import ProgressDisplay
 from .runtime import Runtime, resolve_device
 from .tokenizer import Tokenizer, check_corpus_tokenizer
@@ -56,7 +56,7 @@ class Loaded(NamedTuple):
     run's TrainConfig; None for a plain ``save_pretrained`` folder, which records no
     training) and ``tokenizer`` (bytes unless the folder has a ``tokenizer.json``)."""
 
-    model: SHARNN
+    model: Model
     config: TrainConfig | None
     tokenizer: Tokenizer
 
@@ -295,7 +295,7 @@ def analyze_tokenization(
     return report, Path(out) if out is not None else path / "analysis"
 
 
-def _corpus(config: TrainConfig, model: SHARNN, tokenizer: Tokenizer) -> Corpus:
+def _corpus(config: TrainConfig, model: Model, tokenizer: Tokenizer) -> Corpus:
     """The run's corpus, refused when another tokenizer than the model's made it."""
     corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
     check_corpus_tokenizer(model.config.vocab_size, corpus.tokenizer, config.data, tokenizer)
@@ -567,7 +567,7 @@ def info(target: str | Path | None = None) -> str:
         if path.is_dir():
             scores = _checkpoint_scores(path)
     with torch.device("meta"):
-        model = SHARNN(model_config)
+        model = build_model(model_config)
     lines = [text.rstrip(), ""]
     lines += [f"  {part:<24} {count:>14,}" for part, count in model.parameter_counts().items() if count]
     total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)

@@ -59,10 +59,11 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
+from .architectures import Model, build_model, load_pretrained, state_from_tensors
 from .config import TrainConfig, load_config, to_yaml
 from .errors import CheckpointError, ConfigError, RunError
 from .files import staging_folder, write_atomically
-from .model import SHARNN, SHARNNConfig, State, pretrained_config
+from .model import SHARNNConfig, pretrained_config
 from .pretrained import CONFIG_JSON, apply_weights, read_config_json
 from .tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
 
@@ -179,7 +180,7 @@ def read_checkpoint(folder: Path, n_layers: int, device: str | torch.device = "c
         state["model"] = load_file(file, device=str(device))
         file = folder / STATE_FILE
         if file.is_file():
-            state["recurrent_state"] = State.from_tensors(load_file(file, device=str(device)), n_layers)
+            state["recurrent_state"] = state_from_tensors(load_file(file, device=str(device)), n_layers)
         file = folder / TRAINER_FILE
         if file.is_file():
             if not zipfile.is_zipfile(file):  # torch.save writes a zip; unpickling anything else may raise anything
@@ -275,7 +276,7 @@ def read_tokenizer(path: str | Path, vocab_size: int | None = None) -> Tokenizer
     return tokenizer
 
 
-def load_weights(model: SHARNN, folder: Path, device: str | torch.device = "cpu") -> None:
+def load_weights(model: Model, folder: Path, device: str | torch.device = "cpu") -> None:
     """Load ``folder/model.safetensors`` into ``model``.
 
     Raises:
@@ -288,7 +289,7 @@ def load_weights(model: SHARNN, folder: Path, device: str | torch.device = "cpu"
     apply_weights(model, weights, folder)
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[SHARNN, TrainConfig | None]:
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[Model, TrainConfig | None]:
     """Build the model a checkpoint (or a run folder's best checkpoint) describes and load
     its weights; a Hub-layout folder through ``SHARNN.from_pretrained`` (its weights'
     SHA-256 checked).
@@ -303,10 +304,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[SH
     """
     folder = resolve(path)
     if is_pretrained(folder):
-        model = SHARNN.from_pretrained(folder, map_location=device)
+        model = load_pretrained(folder, map_location=device)
         return model, read_config(folder) if (folder / TRAIN_CONFIG_FILE).is_file() else None
     config = read_config(folder)
-    model = SHARNN(config.model)
+    model = build_model(config.model)
     load_weights(model, folder)
     return model.to(device).eval(), config
 

@@ -656,8 +656,13 @@ def _check_online(settings: dict, name: str) -> None:
 
 
 def _check_online_size(config: TrainConfig) -> None:
-    """Raise :class:`ConfigError` if online mode's model has more than
+    """Raise :class:`ConfigError` if online mode's model is not an SHA-RNN or has more than
     :data:`MAX_ONLINE_PARAMETERS` parameters (counted on the meta device: nothing allocated)."""
+    if config.model.architecture != "sha-rnn":
+        raise ConfigError(
+            f"online mode trains an SHA-RNN, not model.architecture {config.model.architecture}; "
+            "compress with a trained model (--model) instead"
+        )
     with torch.device("meta"):
         parameters = SHARNN(config.model).num_parameters()
     if parameters > MAX_ONLINE_PARAMETERS:

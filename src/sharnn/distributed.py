@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
+from .architectures import state_from_tensors
 from .errors import ConfigError, RunError, SharnnError
 from .evaluate import EvalResult
 from .model import State
@@ -258,7 +259,7 @@ class Distributed:
             return state
         tensors = {name: self._gather(t) for name, t in state.tensors().items()}
         return (
-            State.from_tensors({name: torch.cat(parts, dim=1) for name, parts in tensors.items()}, n_layers)
+            state_from_tensors({name: torch.cat(parts, dim=1) for name, parts in tensors.items()}, n_layers)
             if self.is_main
             else None
         )
@@ -273,7 +274,7 @@ class Distributed:
         """This process's streams of a state saved for all of them."""
         if state is None:
             return None
-        return State.from_tensors({name: t[:, streams].contiguous() for name, t in state.tensors().items()}, n_layers)
+        return state_from_tensors({name: t[:, streams].contiguous() for name, t in state.tensors().items()}, n_layers)
 
     def _gather(self, tensor: Tensor) -> list[Tensor]:
         """Every process's ``tensor``, on the CPU of the main process (None elsewhere)."""

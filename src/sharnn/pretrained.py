@@ -22,6 +22,7 @@ from pathlib import Path
 import safetensors.torch
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, HFValidationError
 from safetensors import SafetensorError, safe_open
 
 from .errors import CheckpointError
@@ -110,6 +111,21 @@ def apply_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], sour
     except RuntimeError as e:
         detail = " ".join(str(e).split())[:300]
         raise CheckpointError(f"{source} does not match its config: {detail}") from None
+
+
+def load_strictly(load, name: str | Path, **kwargs):
+    """``load(name, **kwargs)`` (a mixin's ``from_pretrained``) with its failures as one
+    :class:`CheckpointError`: a local folder without ``config.json`` (the mixin would only
+    warn), a name that is neither a folder nor a model the Hub gives."""
+    if Path(name).is_dir():
+        read_config_json(Path(name))
+    try:
+        return load(name, **kwargs)
+    except (HFValidationError, EntryNotFoundError, OSError) as e:
+        reason = " ".join(str(e).split())[:200]
+        raise CheckpointError(
+            f"{name} is not a folder, and the Hugging Face Hub does not give it ({type(e).__name__}: {reason})"
+        ) from None
 
 
 def locate(model_id: str, **download) -> Path:

@@ -25,10 +25,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .architectures import build_model
 from .config import TrainConfig
 from .distributed import Distributed
 from .errors import ConfigError, DataError
-from .model import SHARNN, State
+from .model import State
 from .optim import MinTrustLAMB
 from .runtime import Runtime, autocast
 from .tokenizer import Tokenizer, check_corpus_tokenizer
@@ -207,7 +208,7 @@ class TrainingState:
     def __init__(self, config: TrainConfig, runtime: Runtime, distributed: Distributed = Distributed()):
         torch.manual_seed(config.seed)
         self.device = runtime.device
-        self.model = runtime.prepare(SHARNN(config.model))
+        self.model = runtime.prepare(build_model(config.model))
         self.optimizer = build_optimizer(self.model, config)
         self.scaler = runtime.grad_scaler()
         self.jitter_rng = np.random.default_rng(config.seed)
