@@ -1,0 +1,654 @@
+"""The paper's argument, measured (docs/ablations.md): a named grid of variants (a YAML file,
+by default benchmarks/ablations.yaml) times seeds, every run the same wall-clock training
+budget on the same machine, through the command line, one ``sharnn train`` subprocess per
+run.
+
+The grid: ``preset`` (of a variant that names none: a bundled name or a YAML file),
+``seconds`` (every run's budget: ``max_seconds=``), ``threads`` (torch threads of every
+run: the child's ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``), ``seeds``, ``baseline``
+(the variant the differences are taken against) and ``variants``: each a ``name``,
+``overrides`` (``key=value``), optional ``preset``, ``seeds`` and ``group`` (the members of
+one group are an lr sweep: the report names the best by mean validation BPC).
+
+Run ``NAME-seedS`` is ``sharnn train --preset P OVERRIDES seed=S max_seconds=SECONDS
+--out OUT/NAME-seedS``, its output appended to ``OUT/NAME-seedS.log``:
+
+- finished runs (``summary.json``) are skipped; an unfinished folder is continued with
+  ``sharnn train --resume``, which resumes exactly from its last checkpoint; a folder
+  started with another configuration is refused (choose another ``--out``);
+- a run is claimed first: an OS lock (flock, released by the kernel when the process
+  ends, ``kill -9`` too) on ``OUT/NAME-seedS.claim``, taken without waiting, so that
+  several harnesses started on one grid, on one machine or on several sharing a file
+  system (a SLURM job array), split it: each run is taken by exactly one of them, and a
+  run another holds is left to it. The child is told to stop (SIGTERM: it saves) when its
+  harness dies, and a resume waits for a stopping child to let go of its folder;
+- Ctrl-C or SIGTERM stops the child (SIGTERM: it saves ``latest``) and then the harness
+  (exit status 130 or 143); the same command resumes.
+
+Progress for the whole grid goes to stderr (``[k/N runs done, ~H:MM left]``, the time
+left for one process at the mean wall time of the runs it ran, else the budget).
+``OUT/results.json`` is rewritten after every run (atomically, under a lock): one row per
+finished run with ``variant``, ``seed``, ``preset``, ``overrides`` (``seed=S`` included),
+``steps``, ``valid_bpc`` (best), ``test_bpc`` (of the best checkpoint), ``parameters``,
+``train_seconds`` (summary.json's: the budget's clock, validations included), ``threads``,
+``tokens_per_second`` (the tokens trained on, ``epochs`` times the train split, over
+``train_seconds``) and ``curve`` (``[seconds, valid BPC]`` of every validation), such that
+``sharnn train --preset PRESET OVERRIDES max_steps=STEPS max_seconds=0`` gives the row's
+test BPC again on a CPU with the same thread count. Then a table per variant: mean test
+BPC with its 95% confidence interval over seeds (Student's t), the difference from the
+baseline with its 95% interval (Welch), parameters, steps and tokens/s; its Markdown
+(``--markdown``), the JSON (``--json``: the format of docs/ablations.json) and a figure
+(``--plot``: validation BPC against training seconds, one line per variant, the mean over
+seeds with a min-max band).
+
+    python benchmarks/ablations.py                       # the whole grid, resumable
+    python benchmarks/ablations.py --only single-head,no-attention --seeds 1
+    python benchmarks/ablations.py --report --markdown docs/ablations.md.table \\
+        --json docs/ablations.json --plot docs/ablations.png
+
+Exit status 0; 1 when a run failed (the others still run); 2 for a bad grid or option;
+130 or 143 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import yaml
+from filelock import FileLock
+from scipy import stats
+
+from common import environment, print_table, read_metrics
+from sharnn.config import load_config
+from sharnn.data import load_corpus
+from sharnn.errors import SharnnError
+from sharnn.files import Lock, LockError, Terminated, sigterm_raises, write_atomically
+from sharnn.run_folder import LOCK_FILE, config_changes, read_summary
+
+GRID = Path(__file__).resolve().parent / "ablations.yaml"
+SHARNN = [sys.executable, "-m", "sharnn"]
+GRID_KEYS = {"preset", "seconds", "threads", "seeds", "baseline", "variants"}
+VARIANT_KEYS = {"name", "overrides", "preset", "seeds", "group"}
+HARNESS_KEYS = {"seed": "seeds", "max_seconds": "seconds"}  # set by the grid, refused as overrides
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
+LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+class GridError(SharnnError):
+    """A grid file, an option or a run folder that is not what the grid plans."""
+
+
+class Stopped(Exception):
+    """Ctrl-C or SIGTERM stopped the harness (``code``: its exit status)."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the grid: a variant with one seed."""
+
+    variant: str
+    seed: int
+    preset: str
+    overrides: tuple[str, ...]  # the variant's, then seed=S
+    group: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant}-seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Grid:
+    seconds: float
+    threads: int
+    baseline: str
+    runs: list[Run]  # every run, in the grid's order
+
+
+def _require(condition: bool, where: str, message: str) -> None:
+    if not condition:
+        raise GridError(f"{where}: {message}")
+
+
+def _seeds(value, where: str) -> list[int]:
+    ok = isinstance(value, list) and value and all(type(s) is int and s >= 0 for s in value)
+    _require(
+        ok and len(set(value)) == len(value), where, f"seeds must be a list of distinct integers >= 0, not {value}"
+    )
+    return value
+
+
+def _variant_runs(variant, index: int, grid: dict, where: str) -> list[Run]:
+    """The runs of one entry of ``variants`` (checked)."""
+    _require(isinstance(variant, dict), where, f"variant {index + 1} must be a mapping")
+    unknown = sorted(set(variant) - VARIANT_KEYS)
+    _require(not unknown, where, f"variant {index + 1} has unknown keys {unknown} (keys: {sorted(VARIANT_KEYS)})")
+    name = variant.get("name")
+    _require(
+        isinstance(name, str) and NAME.fullmatch(name),
+        where,
+        f"variant {index + 1} needs a name of letters, digits, . _ -",
+    )
+    overrides = variant.get("overrides", [])
+    _require(isinstance(overrides, list), where, f"{name}: overrides must be a list of key=value")
+    for item in overrides:
+        _require(isinstance(item, str) and "=" in item, where, f"{name}: override {item!r} must look like key=value")
+        key = item.split("=", 1)[0]
+        _require(key not in HARNESS_KEYS, where, f"{name}: {key} is set by the grid's {HARNESS_KEYS.get(key)}")
+    preset = variant.get("preset", grid["preset"])
+    _require(isinstance(preset, str) and preset, where, f"{name}: preset must be a preset name or a YAML file")
+    group = variant.get("group")
+    _require(group is None or isinstance(group, str), where, f"{name}: group must be a name")
+    seeds = _seeds(variant.get("seeds", grid["seeds"]), f"{where}, {name}")
+    return [Run(name, seed, preset, (*overrides, f"seed={seed}"), group) for seed in seeds]
+
+
+def read_grid(path: Path) -> Grid:
+    """The grid in the YAML file ``path``, checked (every run's configuration loads).
+
+    Raises:
+        GridError: a missing or invalid file, key or value; ConfigError: a run's settings.
+    """
+    try:
+        grid = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise GridError(f"cannot read the grid {path}: {' '.join(str(e).split())}") from None
+    where = str(path)
+    _require(isinstance(grid, dict), where, "a grid must be a mapping")
+    unknown = sorted(set(grid) - GRID_KEYS)
+    _require(not unknown, where, f"unknown keys {unknown} (keys: {sorted(GRID_KEYS)})")
+    missing = sorted(GRID_KEYS - set(grid))
+    _require(not missing, where, f"missing keys {missing}")
+    seconds, threads = grid["seconds"], grid["threads"]
+    _require(type(seconds) in (int, float) and seconds > 0, where, f"seconds must be > 0, not {seconds!r}")
+    _require(type(threads) is int and threads >= 1, where, f"threads must be an integer >= 1, not {threads!r}")
+    _seeds(grid["seeds"], where)
+    variants = grid["variants"]
+    _require(isinstance(variants, list) and variants, where, "variants must be a non-empty list")
+    runs = [run for i, v in enumerate(variants) for run in _variant_runs(v, i, grid, where)]
+    names = [v["name"] for v in variants]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    _require(not twice, where, f"variant names given twice: {twice}")
+    _require(grid["baseline"] in names, where, f"the baseline {grid['baseline']!r} is not a variant")
+    for run in runs:
+        planned_config(run, seconds)
+    return Grid(float(seconds), threads, grid["baseline"], runs)
+
+
+def select(runs: list[Run], only: str | None, seeds: str | None) -> list[Run]:
+    """The runs of the variants in ``only`` (``a,b``) and the seeds in ``seeds`` (``1,2``)."""
+    if only:
+        wanted = [n.strip() for n in only.split(",") if n.strip()]
+        unknown = sorted(set(wanted) - {r.variant for r in runs})
+        if unknown:
+            raise GridError(f"--only names no variant of the grid: {', '.join(unknown)}")
+        runs = [r for r in runs if r.variant in wanted]
+    if seeds:
+        try:
+            wanted_seeds = {int(s) for s in seeds.split(",") if s.strip()}
+        except ValueError:
+            raise GridError(f"--seeds must be a comma list of integers, not {seeds!r}") from None
+        runs = [r for r in runs if r.seed in wanted_seeds]
+    if not runs:
+        raise GridError("no run of the grid is selected by --only and --seeds")
+    return runs
+
+
+def planned_config(run: Run, seconds: float):
+    """The TrainConfig the run trains with (raises ConfigError, naming the run)."""
+    try:
+        return load_config(run.preset, train_overrides(run, seconds))
+    except SharnnError as e:
+        raise GridError(f"{run.name}: {e}") from None
+
+
+def train_overrides(run: Run, seconds: float) -> list[str]:
+    return [*run.overrides, f"max_seconds={seconds:g}"]
+
+
+def check_folder(run: Run, run_dir: Path, seconds: float) -> None:
+    """Refuse a run folder whose configuration is not the planned one (or cannot be read)."""
+    try:
+        existing = load_config(str(run_dir))
+    except SharnnError as e:
+        raise GridError(
+            f"{run_dir} exists but its config cannot be read ({e}): remove it or choose another --out"
+        ) from None
+    changes = config_changes(existing, planned_config(run, seconds))
+    if changes:
+        listed = ", ".join(f"{k} {old} (run) vs {new} (grid)" for k, (old, new) in list(changes.items())[:4])
+        raise GridError(f"{run_dir} was started with another configuration ({listed}): choose another --out")
+
+
+# ----------------------------------------------------------------------------- rows and statistics
+
+
+_TRAIN_TOKENS: dict[tuple, int] = {}
+
+
+def train_tokens(config) -> int:
+    """Tokens in one epoch of the config's train split (its streams' whole rows)."""
+    key = (config.data, config.valid_fraction, config.test_fraction, config.train_streams)
+    if key not in _TRAIN_TOKENS:
+        train = load_corpus(config.data, config.valid_fraction, config.test_fraction).train
+        _TRAIN_TOKENS[key] = len(train) // config.train_streams * config.train_streams
+    return _TRAIN_TOKENS[key]
+
+
+def run_row(run: Run, run_dir: Path, threads: int) -> dict:
+    """The row of a finished run (keys: module docstring)."""
+    summary = read_summary(run_dir)
+    valids = [r for r in read_metrics(run_dir) if r.get("split") == "valid" and "seconds" in r]
+    tokens = summary["epochs"] * train_tokens(load_config(str(run_dir)))
+    return {
+        "variant": run.variant,
+        "seed": run.seed,
+        "group": run.group,
+        "preset": run.preset,
+        "overrides": list(run.overrides),
+        "steps": summary["steps"],
+        "valid_bpc": summary["valid_bpc"],
+        "test_bpc": summary["test_bpc"],
+        "parameters": summary["parameters"],
+        "train_seconds": summary["train_seconds"],
+        "threads": threads,
+        "tokens_per_second": tokens / summary["train_seconds"] if summary["train_seconds"] > 0 else None,
+        "curve": [[r["seconds"], r["bpc"]] for r in valids],
+        "run_dir": str(run_dir),
+    }
+
+
+def finished_rows(runs: list[Run], out: Path, threads: int) -> list[dict]:
+    """The rows of the runs of ``runs`` that have finished, in the grid's order."""
+    return [run_row(r, out / r.name, threads) for r in runs if read_summary(out / r.name) is not None]
+
+
+def mean_interval(values: list[float]) -> tuple[float, float | None]:
+    """The mean and the half-width of its 95% confidence interval (Student's t; None for
+    fewer than two values)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None
+    n = len(values)
+    return mean, float(stats.t.ppf(0.975, n - 1)) * statistics.stdev(values) / math.sqrt(n)
+
+
+def difference_interval(a: list[float], b: list[float]) -> tuple[float, float | None]:
+    """mean(a) - mean(b) and the half-width of its 95% interval (Welch's t; None when
+    either has fewer than two values; 0 when both are constant)."""
+    difference = statistics.fmean(a) - statistics.fmean(b)
+    if len(a) < 2 or len(b) < 2:
+        return difference, None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return difference, 0.0
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return difference, float(stats.t.ppf(0.975, df)) * math.sqrt(va + vb)
+
+
+def per_variant(rows: list[dict], baseline: str) -> list[dict]:
+    """One entry per variant with rows (in their order): seeds, test BPC mean and 95% CI,
+    difference from ``baseline`` and its 95% CI (None for the baseline itself and without
+    baseline rows), mean valid BPC, parameters, steps and tokens/s (means), and
+    ``best_of`` (the group it is the best of by mean valid BPC, else None)."""
+    by_variant: dict[str, list[dict]] = {}
+    for row in rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    base = [r["test_bpc"] for r in by_variant.get(baseline, [])]
+    result = []
+    for variant, runs in by_variant.items():
+        test = [r["test_bpc"] for r in runs]
+        mean, half = mean_interval(test)
+        compared = base and variant != baseline
+        difference, difference_half = difference_interval(test, base) if compared else (None, None)
+        speeds = [r["tokens_per_second"] for r in runs if r["tokens_per_second"] is not None]
+        result.append(
+            {
+                "variant": variant,
+                "group": runs[0]["group"],
+                "seeds": len(runs),
+                "test_bpc": mean,
+                "test_bpc_ci": half,
+                "difference": difference,
+                "difference_ci": difference_half,
+                "valid_bpc": statistics.fmean(r["valid_bpc"] for r in runs),
+                "parameters": statistics.fmean(r["parameters"] for r in runs),
+                "steps": statistics.fmean(r["steps"] for r in runs),
+                "tokens_per_second": statistics.fmean(speeds) if speeds else None,
+                "best_of": None,
+            }
+        )
+    for group in {v["group"] for v in result if v["group"]}:
+        min((v for v in result if v["group"] == group), key=lambda v: v["valid_bpc"])["best_of"] = group
+    return result
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _plus_minus(value: float | None, half: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:+.4f}" if signed else f"{value:.4f}"
+    return text if half is None else f"{text} ± {half:.4f}"
+
+
+def versus(variant: dict, baseline: str) -> str:
+    """The difference from the baseline, ``± half-width``; ``baseline`` for itself."""
+    if variant["variant"] == baseline:
+        return "baseline"
+    return _plus_minus(variant["difference"], variant["difference_ci"], signed=True)
+
+
+def markdown(variants: list[dict], baseline: str) -> str:
+    """The per-variant table in Markdown, with a line per lr sweep naming its best."""
+    lines = [
+        f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | valid BPC | parameters | steps | tokens/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for v in variants:
+        name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
+        speed = "-" if v["tokens_per_second"] is None else f"{v['tokens_per_second']:,.0f}"
+        lines.append(
+            f"| {name} | {v['seeds']} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
+            f"{versus(v, baseline)} | {v['valid_bpc']:.4f} | "
+            f"{v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} |"
+        )
+    for v in variants:
+        if v["best_of"]:
+            lines.append(
+                f"\nThe lr sweep {v['best_of']}: best by mean valid BPC is {v['variant']} ({v['valid_bpc']:.4f})."
+            )
+    return "\n".join(lines)
+
+
+def print_report(variants: list[dict], baseline: str) -> None:
+    rows = [
+        v
+        | {
+            "test": _plus_minus(v["test_bpc"], v["test_bpc_ci"]),
+            "diff": versus(v, baseline),
+        }
+        for v in variants
+    ]
+    print_table(
+        rows,
+        [
+            ("variant", "variant", ""),
+            ("seeds", "seeds", ""),
+            ("test", "test BPC ± 95% CI", ""),
+            ("diff", f"vs {baseline} ± 95% CI", ""),
+            ("valid_bpc", "valid BPC", ".4f"),
+            ("parameters", "parameters", ",.0f"),
+            ("steps", "steps", ",.0f"),
+            ("tokens_per_second", "tokens/s", ",.0f"),
+            ("best_of", "best of sweep", ""),
+        ],
+    )
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Valid BPC against training seconds: per variant the mean over seeds on a common time
+    grid (up to the shortest seed's last validation) and a band from min to max."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    curves: dict[str, list[list]] = {}
+    for row in rows:
+        if row["curve"]:
+            curves.setdefault(row["variant"], []).append(row["curve"])
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for i, (variant, seeds) in enumerate(curves.items()):
+        end = min(c[-1][0] for c in seeds)
+        start = max(c[0][0] for c in seeds)
+        grid = np.linspace(start, end, 50) if end > start else np.array([end])
+        values = np.array([np.interp(grid, [p[0] for p in c], [p[1] for p in c]) for c in seeds])
+        ax.plot(grid, values.mean(axis=0), color=f"C{i % 10}", label=f"{variant} ({len(seeds)} seeds)")
+        ax.fill_between(grid, values.min(axis=0), values.max(axis=0), color=f"C{i % 10}", alpha=0.2)
+    ax.set_xlabel("training seconds")
+    ax.set_ylabel("validation bits per byte")
+    ax.set_title("Validation BPC against training time (mean over seeds, band: min-max)")
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def results(grid: Grid, grid_path: Path, rows: list[dict]) -> dict:
+    """What OUT/results.json and --json hold: the grid, the machine and the rows."""
+    env = environment(torch.device("cpu")) | {
+        "cpu_threads": grid.threads,
+        "cpu_count": os.cpu_count(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    return {
+        "grid": str(grid_path),
+        "seconds": grid.seconds,
+        "threads": grid.threads,
+        "baseline": grid.baseline,
+        "environment": env,
+        "variants": per_variant(rows, grid.baseline),
+        "runs": rows,
+    }
+
+
+def write_results(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> list[dict]:
+    """Rewrite OUT/results.json from the run folders, under a lock (several harnesses
+    share it); returns the rows."""
+    with FileLock(out / ".results.lock"):
+        rows = finished_rows(runs, out, grid.threads)
+        write_atomically(out / "results.json", json.dumps(results(grid, grid_path, rows), indent=2) + "\n")
+    return rows
+
+
+def report(grid: Grid, grid_path: Path, rows: list[dict], args) -> None:
+    """The table on stdout and the outputs the options ask for."""
+    variants = per_variant(rows, grid.baseline)
+    print(f"\n{len(rows)} finished run(s), {grid.seconds:g} s of training each, {grid.threads} thread(s)")
+    print_report(variants, grid.baseline)
+    text = markdown(variants, grid.baseline)
+    print(f"\nMarkdown:\n\n{text}")
+    if args.markdown:
+        write_atomically(args.markdown, text + "\n")
+        print(f"wrote {args.markdown}")
+    if args.json:
+        write_atomically(args.json, json.dumps(results(grid, grid_path, rows), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(rows, Path(args.plot))
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` of a run: its own session (a terminal's Ctrl-C reaches the harness,
+    which stops it once), and SIGTERM when the harness dies, ``kill -9`` too (Linux)."""
+    os.setsid()
+    if LIBC is not None:
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def wait_child(child: subprocess.Popen) -> int:
+    """The child's exit status. Ctrl-C or SIGTERM (under :func:`sigterm_raises`) meanwhile:
+    the child is sent SIGTERM once (it saves and stops), waited for, then Stopped raised."""
+    try:
+        return child.wait()
+    except (KeyboardInterrupt, Terminated) as e:
+        code = INTERRUPTED[signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM]
+    child.send_signal(signal.SIGTERM)
+    while True:
+        try:
+            child.wait()
+            raise Stopped(code)
+        except (KeyboardInterrupt, Terminated):
+            continue
+
+
+def wait_for_folder(run_dir: Path, say) -> None:
+    """Wait until no process trains in ``run_dir`` (a child of a harness killed meanwhile
+    that is saving)."""
+    lock = Lock(run_dir / LOCK_FILE, str(run_dir))
+    told = False
+    while True:
+        try:
+            lock.acquire()
+            lock.release()
+            return
+        except LockError as e:
+            if not told:
+                say(f"waiting: {e}")
+                told = True
+            time.sleep(0.5)
+
+
+def train(run: Run, out: Path, grid: Grid, say) -> int:
+    """Start or resume the run (claimed by the caller); its exit status."""
+    run_dir = out / run.name
+    if run_dir.exists():
+        wait_for_folder(run_dir, say)
+        check_folder(run, run_dir, grid.seconds)
+        command = [*SHARNN, "train", "--resume", str(run_dir)]
+        say(f"{run.name}: resuming {run_dir}")
+    else:
+        command = [*SHARNN, "train", "--preset", run.preset, "--out", str(run_dir), *train_overrides(run, grid.seconds)]
+        say(f"{run.name}: starting in {run_dir}")
+    env = {**os.environ, "OMP_NUM_THREADS": str(grid.threads), "MKL_NUM_THREADS": str(grid.threads)}
+    with open(out / f"{run.name}.log", "a") as log:
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
+        return wait_child(child)
+
+
+def last_error(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["(no output)"])[-1]
+
+
+class Progress:
+    """``[k/N runs done, ~H:MM left]`` on stderr; runs done are counted on disk."""
+
+    def __init__(self, runs: list[Run], out: Path, seconds: float):
+        self.runs, self.out, self.seconds, self.walls = runs, out, seconds, []
+
+    def say(self, message: str) -> None:
+        done = sum(read_summary(self.out / r.name) is not None for r in self.runs)
+        per_run = statistics.fmean(self.walls) if self.walls else self.seconds
+        left = round((len(self.runs) - done) * per_run / 60)
+        print(
+            f"[{done}/{len(self.runs)} runs done, ~{left // 60}:{left % 60:02d} left] {message}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def run_grid(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> int:
+    """Run every unfinished, unclaimed run of ``runs``; 0, or 1 when one failed."""
+    out.mkdir(parents=True, exist_ok=True)
+    for run in runs:  # before any work: a folder of another configuration
+        if (out / run.name / "config.yaml").is_file():
+            check_folder(run, out / run.name, grid.seconds)
+    progress, failed = Progress(runs, out, grid.seconds), False
+    progress.say(f"{len(runs)} run(s) of {grid.seconds:g} s in {out}")
+    for run in runs:
+        if read_summary(out / run.name) is not None:
+            continue
+        claim = Lock(out / f"{run.name}.claim", f"run {run.name}")
+        try:
+            claim.acquire()
+        except LockError as e:
+            progress.say(f"{run.name}: left to its holder ({e})")
+            continue
+        try:
+            if read_summary(out / run.name) is not None:  # finished by another harness meanwhile
+                continue
+            started = time.monotonic()
+            code = train(run, out, grid, progress.say)
+            progress.walls.append(time.monotonic() - started)
+        finally:
+            claim.release()
+        if code in INTERRUPTED.values():
+            raise Stopped(code)
+        if code != 0:
+            failed = True
+            print(
+                f"error: {run.name} failed (exit status {code}): {last_error(out / f'{run.name}.log')}", file=sys.stderr
+            )
+        write_results(grid, grid_path, runs, out)
+        progress.say(f"{run.name}: {'failed' if code else 'finished'}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", type=Path, default=GRID, help="the grid's YAML file [benchmarks/ablations.yaml]")
+    parser.add_argument("--out", type=Path, default=Path("runs/ablations"), help="run folders [%(default)s]")
+    parser.add_argument("--only", default=None, help="comma list of variants to run or report [all]")
+    parser.add_argument("--seeds", default=None, help="comma list of the seeds to run or report [the grid's]")
+    parser.add_argument("--seconds", type=float, default=None, help="training budget per run [the grid's]")
+    parser.add_argument("--report", action="store_true", help="only report the finished runs")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here (docs/ablations.json)")
+    parser.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
+    parser.add_argument("--plot", type=Path, default=None, help="write the figure here (PNG)")
+    args = parser.parse_args(argv)
+    if args.seconds is not None and not args.seconds > 0:
+        parser.error("--seconds must be > 0")
+    code = 0
+    try:
+        with sigterm_raises():
+            grid = read_grid(args.grid)
+            if args.seconds is not None:
+                grid = Grid(args.seconds, grid.threads, grid.baseline, grid.runs)
+                for run in grid.runs:
+                    planned_config(run, grid.seconds)
+            runs = select(grid.runs, args.only, args.seeds)
+            if not args.report:
+                code = run_grid(grid, args.grid, runs, args.out)
+            report(grid, args.grid, finished_rows(runs, args.out, grid.threads), args)
+    except SharnnError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (Stopped, KeyboardInterrupt, Terminated) as e:
+        print("interrupted: run the same command again to resume (finished runs are kept)", file=sys.stderr)
+        return (
+            e.code
+            if isinstance(e, Stopped)
+            else INTERRUPTED[signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM]
+        )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""benchmarks/ablations.py (docs/ablations.md): its statistics, the grid's checks and the
+bundled grid and presets, then the real script on tiny grids (a model of width 16 for a
+second or a few, on a small cut of the enwik8 head): a grid run to the end and reported,
+a row's test BPC reproduced by its own command, a harness killed with -9 in the middle
+and run again, and two harnesses started together on one grid. Speed is never asserted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import ablations as ab  # benchmarks/ablations.py, through pyproject's pythonpath
+from helpers import SUBPROCESS_ENV, assert_ok, cli, metrics, wait_for, write_small_corpus
+from sharnn.config import TrainConfig, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "ablations.py"
+
+TINY_PRESET = {
+    "model": {"d_model": 16, "n_layers": 2, "boom_dim": 32, "attention_span": 32},
+    "bptt": 16,
+    "train_streams": 4,
+    "valid_streams": 4,
+    "test_streams": 2,
+    "epochs": 100,
+    "warmup_steps": 5,
+    "lr_halve_epochs": [],
+    "valid_every_steps": 10,
+    "checkpoint_every_steps": 10,
+    "log_every_steps": 5,
+    "sample_bytes": 0,
+}
+
+
+def tiny_grid(tmp_path: Path, seconds: float, seeds: list[int], variants: list[dict] | None = None) -> Path:
+    """A grid file of the tiny preset (written beside it) on a small corpus."""
+    corpus = write_small_corpus(tmp_path / "small.txt", 30_000)
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(yaml.safe_dump(TINY_PRESET | {"data": str(corpus)}))
+    if variants is None:
+        variants = [
+            {"name": "single-head", "overrides": []},
+            {"name": "no-attention", "overrides": ["model.attention=none"]},
+        ]
+    grid = {"preset": str(preset), "seconds": seconds, "threads": 1, "seeds": seeds, "baseline": "single-head"}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid | {"variants": variants}))
+    return path
+
+
+def harness(*args) -> list[str]:
+    return [sys.executable, SCRIPT, *[str(a) for a in args]]
+
+
+def run(command: list, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=timeout
+    )
+
+
+def started(stderr: str) -> list[str]:
+    """The runs a harness started or resumed, from its progress lines."""
+    return [
+        line.split("] ", 1)[1].split(":")[0]
+        for line in stderr.splitlines()
+        if ": starting in" in line or ": resuming" in line
+    ]
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+def test_intervals_are_students_and_welchs():
+    mean, half = ab.mean_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)  # t(0.975, 2) * s / sqrt(n)
+    assert ab.mean_interval([1.5]) == (1.5, None)
+    # Welch: squared standard errors 1/3 and 2/2; Welch-Satterthwaite df = (4/3)^2 / ((1/3)^2/2 + 1^2/1)
+    from scipy import stats
+
+    difference, half = ab.difference_interval([1.0, 2.0, 3.0], [4.0, 6.0])
+    df = (4 / 3) ** 2 / ((1 / 3) ** 2 / 2 + 1)
+    assert difference == -3.0 and half == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(4 / 3))
+    assert ab.difference_interval([1.0, 1.0], [2.0, 2.0]) == (-1.0, 0.0)
+    assert ab.difference_interval([1.0], [2.0, 3.0]) == (-1.5, None)
+
+
+def test_report_rows_per_variant_with_the_best_of_a_sweep():
+    def row(variant, seed, test, valid, group=None):
+        return {"variant": variant, "seed": seed, "group": group, "test_bpc": test, "valid_bpc": valid}
+
+    rows = [
+        row("base", 1, 1.0, 1.1) | {"parameters": 10, "steps": 5, "tokens_per_second": 100.0},
+        row("base", 2, 1.2, 1.3) | {"parameters": 10, "steps": 7, "tokens_per_second": None},
+        row("lr-a", 1, 1.5, 1.4, "sweep") | {"parameters": 8, "steps": 4, "tokens_per_second": 50.0},
+        row("lr-b", 1, 1.6, 1.2, "sweep") | {"parameters": 8, "steps": 4, "tokens_per_second": 50.0},
+    ]
+    variants = {v["variant"]: v for v in ab.per_variant(rows, "base")}
+    assert variants["base"]["test_bpc"] == pytest.approx(1.1) and variants["base"]["difference"] is None
+    assert variants["base"]["steps"] == 6 and variants["base"]["tokens_per_second"] == 100.0
+    assert variants["lr-a"]["difference"] == pytest.approx(0.4) and variants["lr-a"]["difference_ci"] is None
+    assert variants["lr-b"]["best_of"] == "sweep" and variants["lr-a"]["best_of"] is None
+    text = ab.markdown(list(variants.values()), "base")
+    assert "| base | 2 | 1.1000 ± 1.2706 | baseline | 1.2000 | 10 | 6 | 100 |" in text
+    assert "| lr-a (sweep) | 1 | 1.5000 | +0.4000 |" in text
+    assert "The lr sweep sweep: best by mean valid BPC is lr-b (1.2000)." in text
+
+
+def test_the_bundled_grid_and_presets():
+    grid = ab.read_grid(ab.GRID)
+    assert grid.seconds == 300 and grid.threads == 1 and grid.baseline == "single-head"
+    variants = list(dict.fromkeys(r.variant for r in grid.runs))
+    assert variants[:9] == [
+        "single-head",
+        "no-attention",
+        "every-block",
+        "ln-lstm",
+        "vector-gate",
+        "mlp",
+        "no-min-trust",
+        "adamw",
+        "transformer",
+    ]
+    sweep = [r for r in grid.runs if r.group == "transformer-lr"]
+    assert len({r.variant for r in sweep}) == 4 and {r.preset for r in sweep} == {"ablation-transformer"}
+    for r in sweep:
+        config = load_config(r.preset, list(r.overrides))
+        assert config.min_lr == pytest.approx(config.lr / 10)
+    assert {r.seed for r in grid.runs} == {1, 2, 3} and len(grid.runs) == 3 * len(variants)
+    baseline = load_config("ablation-small", ["seed=1"])
+    assert baseline.model.to_dict() == load_config("ablation-small").model.to_dict()
+    assert load_config("ablation-transformer").model.architecture == "transformer"
+    defaults = dataclasses.asdict(TrainConfig())
+    for name in ("ablation-small", "ablation-transformer"):  # presets state only their differences
+        mapping = yaml.safe_load((ROOT / "src" / "sharnn" / "presets" / f"{name}.yaml").read_text())
+        repeated = [k for k, v in mapping.items() if k != "model" and defaults[k] == v]
+        repeated += [k for k, v in mapping["model"].items() if defaults["model"][k] == v]
+        assert not repeated, (name, repeated)
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"colour": "red"}, "unknown keys ['colour']"),
+        ({"baseline": "nothing"}, "the baseline 'nothing' is not a variant"),
+        ({"seeds": [1, 1]}, "seeds must be a list of distinct integers"),
+        (
+            {"variants": [{"name": "single-head", "overrides": ["seed=3"]}]},
+            "single-head: seed is set by the grid's seeds",
+        ),
+        (
+            {"variants": [{"name": "single-head", "overrides": ["model.d_model=-1"]}]},
+            "single-head-seed1: model.d_model",
+        ),
+        ({"variants": [{"name": "a/b"}]}, "needs a name of letters"),
+    ],
+)
+def test_a_bad_grid_is_one_line_error(tmp_path, capsys, change, fragment):
+    path = tiny_grid(tmp_path, 1, [1])
+    grid = yaml.safe_load(path.read_text()) | change
+    path.write_text(yaml.safe_dump(grid))
+    assert ab.main(["--grid", str(path), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and fragment in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_selections_are_one_line_errors(tmp_path, capsys):
+    path = tiny_grid(tmp_path, 1, [1])
+    for options, fragment in (
+        (["--only", "nope"], "--only names no variant"),
+        (["--seeds", "7"], "no run of the grid"),
+    ):
+        assert ab.main(["--grid", str(path), "--out", str(tmp_path / "out"), *options]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("error: ") and fragment in line, line
+
+
+# ----------------------------------------------------------------------------- the real script
+
+
+@pytest.mark.slow
+def test_a_grid_runs_to_the_end_reports_and_each_row_reproduces(tmp_path, capsys):
+    grid, out = tiny_grid(tmp_path, 1, [1, 2]), tmp_path / "out"
+    markdown, result, png = tmp_path / "table.md", tmp_path / "ablations.json", tmp_path / "ablations.png"
+    done = run(harness("--grid", grid, "--out", out, "--markdown", markdown, "--json", result, "--plot", png))
+    assert done.returncode == 0, done.stderr
+    assert sorted(started(done.stderr)) == sorted(
+        f"{v}-seed{s}" for v in ("single-head", "no-attention") for s in (1, 2)
+    )
+    assert "[4/4 runs done, ~0:00 left]" in done.stderr and "test BPC ± 95% CI" in done.stdout
+    rows = json.loads((out / "results.json").read_text())["runs"]
+    assert [(r["variant"], r["seed"]) for r in rows] == [
+        ("single-head", 1),
+        ("single-head", 2),
+        ("no-attention", 1),
+        ("no-attention", 2),
+    ]
+    for r in rows:
+        assert r["preset"] == str(tmp_path / "tiny.yaml") and r["overrides"][-1] == f"seed={r['seed']}"
+        assert r["steps"] > 0 and r["train_seconds"] >= 1 and r["threads"] == 1 and r["tokens_per_second"] > 0
+        assert r["parameters"] > 0 and math.isfinite(r["valid_bpc"]) and math.isfinite(r["test_bpc"])
+        assert (
+            r["curve"] and r["curve"][-1][1] >= r["valid_bpc"] and all(s <= r["train_seconds"] for s, _ in r["curve"])
+        )
+    assert "model.attention=none" in rows[2]["overrides"]
+    table = markdown.read_text().splitlines()
+    assert table[0] == (
+        "| variant | seeds | test BPC (95% CI) | vs single-head (95% CI) | valid BPC | parameters | steps | tokens/s |"
+    )
+    no_attention = table[3].split(" | ")
+    assert no_attention[0] == "| no-attention" and " ± " in no_attention[2] and no_attention[3].startswith(("+", "-"))
+    assert json.loads(result.read_text())["runs"] == rows and png.stat().st_size > 0
+
+    capsys.readouterr()
+    again = tmp_path / "again.json"  # --report: from the finished runs alone, nothing runs
+    assert (
+        ab.main(["--grid", str(grid), "--out", str(out), "--report", "--only", "no-attention", "--json", str(again)])
+        == 0
+    )
+    assert started(capsys.readouterr().err) == []
+    assert json.loads(again.read_text())["runs"] == rows[2:]
+
+    row = rows[0]  # its own command gives its test BPC again
+    reproduced = cli(
+        "train", "--preset", row["preset"], *row["overrides"], f"max_steps={row['steps']}", "max_seconds=0",
+        "--out", tmp_path / "again", "--quiet",
+    )  # fmt: skip
+    assert_ok(reproduced)
+    summary = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert summary["steps"] == row["steps"] and round(summary["test_bpc"], 4) == round(row["test_bpc"], 4)
+
+
+@pytest.mark.slow
+def test_killed_with_9_in_the_middle_a_rerun_skips_finished_runs_and_resumes(tmp_path):
+    grid, out = tiny_grid(tmp_path, 2, [1, 2], [{"name": "single-head", "overrides": []}]), tmp_path / "out"
+    first, second = out / "single-head-seed1", out / "single-head-seed2"
+    process = subprocess.Popen(
+        [str(c) for c in harness("--grid", grid, "--out", out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=SUBPROCESS_ENV,
+    )
+    try:
+        assert wait_for(lambda: (second / "latest").exists(), process)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.communicate()
+    assert (first / "summary.json").is_file()
+    finished = (first / "summary.json").stat().st_mtime_ns, (first / "metrics.jsonl").read_text()
+
+    done = run(harness("--grid", grid, "--out", out))
+    assert done.returncode == 0, done.stderr
+    assert started(done.stderr) == ["single-head-seed2"] and "single-head-seed2: resuming" in done.stderr
+    assert ((first / "summary.json").stat().st_mtime_ns, (first / "metrics.jsonl").read_text()) == finished
+    records = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
+    commands = [r["command"] for r in records if r["split"] == "run"]
+    assert len(commands) == 2 and "--resume" in commands[1]
+    steps = [r["step"] for r in metrics(second) if r["split"] == "train"]
+    assert steps == sorted(set(steps)), "the resumed run went on from its checkpoint"
+    assert [r["variant"] for r in json.loads((out / "results.json").read_text())["runs"]] == ["single-head"] * 2
+
+
+@pytest.mark.slow
+def test_two_harnesses_on_one_grid_split_it(tmp_path):
+    grid, out = tiny_grid(tmp_path, 1, [1, 2, 3], [{"name": "single-head", "overrides": []}]), tmp_path / "out"
+    command = [str(c) for c in harness("--grid", grid, "--out", out)]
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[1] for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    taken = [started(err) for err in outputs]
+    grid_runs = {f"single-head-seed{s}" for s in (1, 2, 3)}
+    assert not set(taken[0]) & set(taken[1]) and set(taken[0]) | set(taken[1]) == grid_runs, taken
+    for name in grid_runs:  # each started once, never resumed
+        records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+        assert [r["split"] for r in records].count("run") == 1 and (out / name / "summary.json").is_file()
+    assert len(json.loads((out / "results.json").read_text())["runs"]) == 3
