@@ -16,6 +16,10 @@ One window through the model (paper §3)::
         x = LN_ff(y) + Drop_h(Boom(LN_xff(y)))
     logits = Drop_o(x) @ Emb^T + b                                   # tied weights, untied bias
 
+Three settings swap one part each for the paper's ablations (docs/model.md, "Variants"):
+``cell="ln_lstm"`` (:class:`LayerNormLSTM`), ``value_gate="vector"`` (``g_v = sigmoid(gate_v)``
+in :class:`Attention`), ``feed_forward="mlp"`` (:class:`MLP` in place of the Boom).
+
 How the attention is computed is chosen once per model, as Hugging Face modeling files
 choose their attention implementation (:meth:`SHARNN.set_attn_implementation`):
 ``"eager"``, the reference (explicit scores and softmax), or ``"sdpa"``
@@ -358,6 +362,21 @@ class Boom(nn.Module):
         return h.unflatten(-1, (-1, self.d_model)).sum(-2)
 
 
+class MLP(nn.Module):
+    """The Transformer's feed-forward in place of the Boom (``model.feed_forward = "mlp"``,
+    the ablation of paper §3.2): ``Linear(d -> F)``, the same GELU and dropout, then the
+    down-projection ``Linear(F -> d)`` the Boom does without. Shapes: ``[T, B, d] -> [T, B, d]``."""
+
+    def __init__(self, d_model: int, boom_dim: int, dropout: float):
+        super().__init__()
+        self.up = nn.Linear(d_model, boom_dim)
+        self.down = nn.Linear(boom_dim, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.drop(gelu(self.up(x))))  # [T, B, d] -> [T, B, F] -> [T, B, d]
+
+
 # ------------------------------------------------------------------ attention implementations
 #
 # Each computes ``Drop(softmax(q k^T + mask)) v`` for one head with the bottom-right causal
@@ -405,6 +424,10 @@ class Attention(nn.Module):
         V = Drop(g_v * kv),  g_v = sigmoid(f) * tanh(c),  [c ; f] = value_gate_net(sigmoid(gate_v))
         out = Drop(softmax(Q K^T / sqrt(d) + mask)) V
 
+    With ``value_gate="vector"`` (the ablation of paper §6.4) the gate is a plain learned
+    vector, ``g_v = sigmoid(gate_v)``: ``gate_v`` starts at zeros, so ``g_v`` starts at 0.5
+    (the network's ``g_v`` starts near 0).
+
     Because the gates are per-feature constants and keys and values are the same tensor,
     this is computed without gating the memory at all (the same function, up to
     floating-point rounding)::
@@ -419,7 +442,9 @@ class Attention(nn.Module):
 
     attn_implementation = "eager"  # a key of ATTENTION_FUNCTIONS; set by SHARNN.set_attn_implementation
 
-    def __init__(self, d_model: int, dropout: float, eps: float, collapsed: bool = False):
+    def __init__(
+        self, d_model: int, dropout: float, eps: float, collapsed: bool = False, value_gate: str = "overparam"
+    ):
         super().__init__()
         self.query = nn.Linear(d_model, d_model)
         self.ln_query = nn.LayerNorm(d_model, eps=eps)
@@ -429,24 +454,30 @@ class Attention(nn.Module):
             self.value_gate = nn.Parameter(torch.zeros(d_model))
         else:
             self.gate_v = nn.Parameter(torch.zeros(d_model))
-            self.value_gate_net = nn.Linear(d_model, 2 * d_model)  # the "over-parameterised" gate
+            if value_gate == "overparam":
+                self.value_gate_net = nn.Linear(d_model, 2 * d_model)  # the "over-parameterised" gate
         self.drop = nn.Dropout(dropout)
         self.scale = 1.0 / math.sqrt(d_model)
 
     def value_gate_vector(self) -> Tensor:
-        """The value gate ``g_v``, a ``[d]`` vector in (-1, 1)."""
+        """The value gate ``g_v``, a ``[d]`` vector in (-1, 1) (in (0, 1) for the vector gate)."""
         if hasattr(self, "value_gate"):
             return self.value_gate
+        if not hasattr(self, "value_gate_net"):
+            return torch.sigmoid(self.gate_v)
         c, f = self.value_gate_net(torch.sigmoid(self.gate_v)).chunk(2)
         return torch.sigmoid(f) * torch.tanh(c)
 
     @torch.no_grad()
     def collapse(self) -> None:
-        """Fold the value-gate network into its constant output; outputs are unchanged."""
+        """Fold the value gate (its network, or the vector's sigmoid) into its constant
+        output; outputs are unchanged."""
         if hasattr(self, "value_gate"):
             return
         gate = self.value_gate_vector()
-        del self.gate_v, self.value_gate_net
+        del self.gate_v
+        if hasattr(self, "value_gate_net"):
+            del self.value_gate_net
         self.value_gate = nn.Parameter(gate)
 
     def forward(self, r: Tensor, kv: Tensor) -> Tensor:
@@ -481,7 +512,7 @@ class AttentionSublayer(nn.Module):
         d, eps = config.d_model, config.layer_norm_eps
         self.ln_mid = nn.LayerNorm(d, eps=eps)
         self.ln_mem = nn.LayerNorm(d, eps=eps)
-        self.head = Attention(d, config.dropouth, eps, collapsed=config.collapsed)
+        self.head = Attention(d, config.dropouth, eps, collapsed=config.collapsed, value_gate=config.value_gate)
         self.drop = nn.Dropout(config.dropouth)
         self.span = config.attention_span
 
@@ -499,18 +530,21 @@ class AttentionSublayer(nn.Module):
 
 class FeedForward(nn.Module):
     """``z = LN_ff(y) + Drop(Boom(LN_xff(y)))``: two different LayerNorms of the same ``y``,
-    one the Boom's input, one the residual base. ``[T, B, d] -> [T, B, d]``."""
+    one the Boom's input, one the residual base. ``[T, B, d] -> [T, B, d]``. With
+    ``feed_forward="mlp"`` an :class:`MLP` takes the Boom's place (``boom`` is then None)."""
 
     def __init__(self, config: SHARNNConfig):
         super().__init__()
         d, eps = config.d_model, config.layer_norm_eps
         self.ln_ff = nn.LayerNorm(d, eps=eps)
         self.ln_xff = nn.LayerNorm(d, eps=eps)
-        self.boom = Boom(d, config.boom_dim, config.dropouth)
+        self.boom = Boom(d, config.boom_dim, config.dropouth) if config.feed_forward == "boom" else None
+        self.mlp = MLP(d, config.boom_dim, config.dropouth) if config.feed_forward == "mlp" else None
         self.drop = nn.Dropout(config.dropouth)
 
     def forward(self, y: Tensor) -> Tensor:
-        return self.ln_ff(y) + self.drop(self.boom(self.ln_xff(y)))
+        inner = self.boom if self.mlp is None else self.mlp
+        return self.ln_ff(y) + self.drop(inner(self.ln_xff(y)))
 
 
 class Block(nn.Module):
@@ -525,7 +559,7 @@ class Block(nn.Module):
         super().__init__()
         d = config.d_model
         self.ln_start = nn.LayerNorm(d, eps=config.layer_norm_eps)
-        self.lstm = nn.LSTM(d, d)
+        self.lstm = nn.LSTM(d, d) if config.cell == "lstm" else LayerNormLSTM(d, config.layer_norm_eps)
         self.attention = AttentionSublayer(config) if has_attention else None
         self.feed_forward = FeedForward(config)
         self.drop = nn.Dropout(config.dropouth)
@@ -542,18 +576,20 @@ class Block(nn.Module):
         return self.feed_forward(y), lstm_state, memory
 
     def recurrence(self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """``u, (h, c) = LSTM(x, (h, c))``, ``[T, B, d]``, run by :func:`run_lstm`."""
+        """``u, (h, c) = LSTM(x, (h, c))``, ``[T, B, d]``, run by :func:`run_lstm` (the
+        LSTM or the LN-LSTM, as ``model.cell`` says)."""
         return run_lstm(self.lstm, x, lstm_state)
 
 
 def run_lstm(
-    lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
+    lstm: nn.LSTM | LayerNormLSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """``u, (h, c) = lstm(x, (h, c))``: the one way the model's LSTMs run (cuDNN's on CUDA),
     whatever runs the model (training, evaluation, generation, compression, the benchmarks).
 
     Args:
-        lstm: a one-layer ``nn.LSTM(d, d)``.
+        lstm: a one-layer ``nn.LSTM(d, d)``, or a :class:`LayerNormLSTM`, which runs its
+            own loop on every path (under autocast too).
         x: ``[T, B, d]``.
         lstm_state: ``(h, c)``, each ``[1, B, d]`` in the parameters' dtype, or None for zeros.
 
@@ -563,6 +599,8 @@ def run_lstm(
     Under autocast the LSTM runs in the autocast dtype (:func:`_lstm_under_autocast` says
     why); without it, a window of one position runs through the cell (:func:`_lstm_step`).
     """
+    if isinstance(lstm, LayerNormLSTM):
+        return lstm(x, lstm_state)
     if torch.is_autocast_enabled(x.device.type):
         return _lstm_under_autocast(lstm, x, lstm_state)
     if x.shape[0] == 1:
@@ -614,6 +652,59 @@ def _lstm_step(
     return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
 
 
+class LayerNormLSTM(nn.Module):
+    """A one-layer LSTM with LayerNorm (``model.cell = "ln_lstm"``; Ba, Kiros & Hinton 2016,
+    "Layer Normalization", §3.1, the LN-LSTM; paper §6.2's open question)::
+
+        (f, i, o, g) = LN_hh(W_hh h_{t-1}) + LN_ih(W_ih x_t) + b
+        c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
+        h_t = sigmoid(o) * tanh(LN_cell(c_t))
+
+    Each LayerNorm has its own gain and bias: ``LN_ih`` and ``LN_hh`` over the ``4d``
+    pre-activations, ``LN_cell`` over the ``d`` cells. The gates are in the paper's order
+    ``f, i, o, g`` (``nn.LSTM``'s is ``i, f, g, o``). The input product and its LayerNorm
+    are computed for the whole window at once, the recurrence one position at a time, in
+    plain PyTorch. The state is the LSTM's: ``(h, c)``, each ``[1, B, d]``.
+    """
+
+    def __init__(self, d_model: int, eps: float):
+        super().__init__()
+        self.weight_ih = nn.Parameter(torch.empty(4 * d_model, d_model))  # W_ih, [4d, d]
+        self.weight_hh = nn.Parameter(torch.empty(4 * d_model, d_model))  # W_hh, [4d, d]
+        self.bias = nn.Parameter(torch.empty(4 * d_model))  # b, [4d]
+        self.ln_ih = nn.LayerNorm(4 * d_model, eps=eps)
+        self.ln_hh = nn.LayerNorm(4 * d_model, eps=eps)
+        self.ln_cell = nn.LayerNorm(d_model, eps=eps)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """As ``nn.LSTM``'s: weights and bias U(+-1/sqrt(d)); the LayerNorms gain 1, bias 0."""
+        bound = 1.0 / math.sqrt(self.weight_hh.shape[1])
+        for p in (self.weight_ih, self.weight_hh, self.bias):
+            nn.init.uniform_(p, -bound, bound)
+        for norm in (self.ln_ih, self.ln_hh, self.ln_cell):
+            norm.reset_parameters()
+
+    def forward(
+        self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """``x [T, B, d]``, ``(h, c)`` each ``[1, B, d]`` or None for zeros -> ``(u [T, B, d],
+        (h, c))``, the state in the parameters' dtype (under autocast too)."""
+        dtype = self.weight_hh.dtype
+        if lstm_state is None:
+            lstm_state = (x.new_zeros(x.shape[1:], dtype=dtype),) * 2
+        h, c = lstm_state[0][0], lstm_state[1][0]  # [B, d]
+        from_input = self.ln_ih(F.linear(x, self.weight_ih)) + self.bias  # [T, B, 4d], the whole window
+        outputs = []
+        for t in range(x.shape[0]):
+            f, i, o, g = (self.ln_hh(F.linear(h, self.weight_hh)) + from_input[t]).chunk(4, dim=-1)  # [B, d] each
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(self.ln_cell(c))
+            outputs.append(h)
+        return torch.stack(outputs), (h.to(dtype).unsqueeze(0), c.to(dtype).unsqueeze(0))
+
+
 class SHARNN(
     nn.Module,
     PyTorchModelHubMixin,
@@ -651,14 +742,14 @@ class SHARNN(
     def reset_parameters(self) -> None:
         """The original initialisation (docs/model.md, "Initialisation"): Embedding and
         Linear weights N(0, (0.1/sqrt(d))^2), biases 0; LayerNorm gain 1, bias 0; LSTMs
-        PyTorch's default U(+-1/sqrt(d)); gate vectors 0."""
+        PyTorch's default U(+-1/sqrt(d)), the LN-LSTM's weights and bias too; gate vectors 0."""
         std = 0.1 / math.sqrt(self.config.d_model)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, 0.0, std)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
-            elif isinstance(module, (nn.LayerNorm, nn.LSTM)):
+            elif isinstance(module, (nn.LayerNorm, nn.LSTM, LayerNormLSTM)):
                 module.reset_parameters()
             elif isinstance(module, Attention):
                 for name in ("gate_q", "gate_k", "gate_v"):
@@ -730,8 +821,9 @@ class SHARNN(
         return [m for m in self.modules() if isinstance(m, (AttentionSublayer, FeedForward))]
 
     def collapse(self) -> SHARNN:
-        """Fold every value-gate network into its constant, in place. Outputs are
-        unchanged; the parameter count drops by ``2d^2 + 2d`` per attention block."""
+        """Fold every value gate into its constant, in place. Outputs are unchanged; the
+        parameter count drops by ``2d^2 + 2d`` per attention block of the over-parameterised
+        gate (its network), and stays as it was with the vector gate."""
         for module in self.modules():
             if isinstance(module, Attention):
                 module.collapse()
@@ -739,11 +831,19 @@ class SHARNN(
         return self
 
     def parameter_counts(self) -> dict[str, int]:
-        """Parameters per part: the embedding with the output bias, the LSTMs, the
-        attention heads (their query LayerNorm included), the Booms and the other
-        LayerNorms. They add up to :meth:`num_parameters`."""
+        """Parameters per part: the embedding with the output bias, the LSTMs (named by
+        ``model.cell``: ``lstm``, or ``ln_lstm`` with its LayerNorms), the attention heads
+        (their query LayerNorm and value gate included), the feed-forwards (named by
+        ``model.feed_forward``: ``boom`` or ``mlp``) and the other LayerNorms. They add up
+        to :meth:`num_parameters`."""
         counts, seen = {}, set()
-        for part, kind in (("lstm", nn.LSTM), ("attention", Attention), ("boom", Boom), ("layernorm", nn.LayerNorm)):
+        parts = (
+            (self.config.cell, (nn.LSTM, LayerNormLSTM)),
+            ("attention", Attention),
+            (self.config.feed_forward, (Boom, MLP)),
+            ("layernorm", nn.LayerNorm),
+        )
+        for part, kind in parts:
             params = [p for m in self.modules() if isinstance(m, kind) for p in m.parameters() if id(p) not in seen]
             seen.update(id(p) for p in params)
             counts[part] = sum(p.numel() for p in params)
@@ -753,7 +853,7 @@ class SHARNN(
     def num_parameters(self, collapsed: bool = False) -> int:
         """Number of parameters, the tied embedding counted once. With ``collapsed``, the
         count after :meth:`collapse` (each value-gate network, ``2d^2 + 2d``, replaced by
-        its ``d``-vector output in place of ``gate_v``)."""
+        its ``d``-vector output in place of ``gate_v``; the vector gate's count is unchanged)."""
         total = sum(p.numel() for p in self.parameters())
         if collapsed:
             for module in self.modules():
