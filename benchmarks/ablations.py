@@ -188,7 +188,10 @@ def read_grid(path: Path) -> Grid:
     _seeds(grid["seeds"], where)
     variants = grid["variants"]
     _require(isinstance(variants, list) and variants, where, "variants must be a non-empty list")
-    runs = [run for i, v in enumerate(variants) for run in _variant_runs(v, i, grid, where)]
+    per_variant = [_variant_runs(v, i, grid, where) for i, v in enumerate(variants)]
+    # round by round (every variant's first seed, then every variant's second...): a grid
+    # stopped early, or the load of a shared machine, touches every variant alike
+    runs = [runs[k] for k in range(max(map(len, per_variant))) for runs in per_variant if k < len(runs)]
     names = [v["name"] for v in variants]
     twice = sorted({n for n in names if names.count(n) > 1})
     _require(not twice, where, f"variant names given twice: {twice}")
