@@ -13,7 +13,8 @@ one group are an lr sweep: the report names the best by mean validation BPC).
 Run ``NAME-seedS`` is ``sharnn train --preset P OVERRIDES seed=S max_seconds=SECONDS
 --out OUT/NAME-seedS``, its output appended to ``OUT/NAME-seedS.log``:
 
-- finished runs (``summary.json``) are skipped; an unfinished folder is continued with
+- finished runs (``summary.json``) are skipped, and so are diverged ones (their log ends
+  with ``sharnn train``'s "training diverged": a result, which a retry would repeat); an unfinished folder is continued with
   ``sharnn train --resume``, which resumes exactly from its last checkpoint; a folder
   started with another configuration is refused (choose another ``--out``);
 - a run is claimed first: an OS lock (flock, released by the kernel when the process
@@ -32,7 +33,9 @@ finished run with ``variant``, ``seed``, ``preset``, ``overrides`` (``seed=S`` i
 ``steps``, ``valid_bpc`` (best), ``test_bpc`` (of the best checkpoint), ``parameters``,
 ``train_seconds`` (summary.json's: the budget's clock, validations included), ``threads``,
 ``tokens_per_second`` (the tokens trained on, ``epochs`` times the train split, over
-``train_seconds``) and ``curve`` (``[seconds, valid BPC]`` of every validation), such that
+``train_seconds``) and ``curve`` (``[seconds, valid BPC]`` of every validation); the row
+of a diverged run has ``diverged`` (the error line), its last logged step and no scores
+(None). A finished run's row is such that
 ``sharnn train --preset PRESET OVERRIDES max_steps=STEPS max_seconds=0`` gives the row's
 test BPC again on a CPU with the same thread count. Then a table per variant: mean test
 BPC with its 95% confidence interval over seeds (Student's t), the difference from the
@@ -73,6 +76,7 @@ from filelock import FileLock
 from scipy import stats
 
 from common import environment, print_table, read_metrics
+from sharnn.architectures import parameter_count
 from sharnn.config import load_config
 from sharnn.data import load_corpus
 from sharnn.errors import SharnnError
@@ -262,31 +266,62 @@ def train_tokens(config) -> int:
 
 
 def run_row(run: Run, run_dir: Path, threads: int) -> dict:
-    """The row of a finished run (keys: module docstring)."""
-    summary = read_summary(run_dir)
-    valids = [r for r in read_metrics(run_dir) if r.get("split") == "valid" and "seconds" in r]
-    tokens = summary["epochs"] * train_tokens(load_config(str(run_dir)))
-    return {
+    """The row of a finished run (keys: module docstring), or of a diverged one: its
+    ``diverged`` (the error line), ``steps`` (the last logged step), no scores."""
+    summary, metrics = read_summary(run_dir), read_metrics(run_dir)
+    valids = [r for r in metrics if r.get("split") == "valid" and "seconds" in r]
+    row = {
         "variant": run.variant,
         "seed": run.seed,
         "group": run.group,
         "preset": run.preset,
         "overrides": list(run.overrides),
+        "threads": threads,
+        "curve": [[r["seconds"], r["bpc"]] for r in valids],
+        "run_dir": str(run_dir),
+    }
+    if summary is None:
+        config = load_config(str(run_dir))
+        steps = [r["step"] for r in metrics if "step" in r]
+        return row | {
+            "diverged": diverged(run_dir),
+            "steps": max(steps, default=0),
+            "valid_bpc": None,
+            "test_bpc": None,
+            "parameters": parameter_count(config.model),
+            "train_seconds": None,
+            "tokens_per_second": None,
+        }
+    tokens = summary["epochs"] * train_tokens(load_config(str(run_dir)))
+    return row | {
         "steps": summary["steps"],
         "valid_bpc": summary["valid_bpc"],
         "test_bpc": summary["test_bpc"],
         "parameters": summary["parameters"],
         "train_seconds": summary["train_seconds"],
-        "threads": threads,
         "tokens_per_second": tokens / summary["train_seconds"] if summary["train_seconds"] > 0 else None,
-        "curve": [[r["seconds"], r["bpc"]] for r in valids],
-        "run_dir": str(run_dir),
     }
 
 
+def diverged(run_dir: Path) -> str | None:
+    """The error line of a run that stopped because it diverged (``sharnn train``'s
+    "training diverged: ..."), read from its log, else None. A diverged run is a result,
+    not a failure: it is reported, and never retried (it would diverge again)."""
+    log = run_dir.parent / f"{run_dir.name}.log"
+    if read_summary(run_dir) is not None or not log.is_file():
+        return None
+    last = last_error(log)
+    return last if last.startswith("error: training diverged") else None
+
+
+def done(run_dir: Path) -> bool:
+    """Whether the run is over: finished, or diverged."""
+    return read_summary(run_dir) is not None or diverged(run_dir) is not None
+
+
 def finished_rows(runs: list[Run], out: Path, threads: int) -> list[dict]:
-    """The rows of the runs of ``runs`` that have finished, in the grid's order."""
-    return [run_row(r, out / r.name, threads) for r in runs if read_summary(out / r.name) is not None]
+    """The rows of the runs of ``runs`` that are over (finished or diverged), in the grid's order."""
+    return [run_row(r, out / r.name, threads) for r in runs if done(out / r.name)]
 
 
 def mean_interval(values: list[float]) -> tuple[float, float | None]:
@@ -320,9 +355,13 @@ def per_variant(rows: list[dict], baseline: str) -> list[dict]:
     by_variant: dict[str, list[dict]] = {}
     for row in rows:
         by_variant.setdefault(row["variant"], []).append(row)
-    base = [r["test_bpc"] for r in by_variant.get(baseline, [])]
+    base = [r["test_bpc"] for r in by_variant.get(baseline, []) if r["test_bpc"] is not None]
     result = []
-    for variant, runs in by_variant.items():
+    for variant, every in by_variant.items():
+        runs = [r for r in every if r["test_bpc"] is not None]
+        if not runs:  # every seed diverged
+            result.append(_all_diverged(variant, every))
+            continue
         test = [r["test_bpc"] for r in runs]
         mean, half = mean_interval(test)
         compared = base and variant != baseline
@@ -333,6 +372,7 @@ def per_variant(rows: list[dict], baseline: str) -> list[dict]:
                 "variant": variant,
                 "group": runs[0]["group"],
                 "seeds": len(runs),
+                "diverged": len(every) - len(runs),
                 "test_bpc": mean,
                 "test_bpc_ci": half,
                 "difference": difference,
@@ -345,8 +385,29 @@ def per_variant(rows: list[dict], baseline: str) -> list[dict]:
             }
         )
     for group in {v["group"] for v in result if v["group"]}:
-        min((v for v in result if v["group"] == group), key=lambda v: v["valid_bpc"])["best_of"] = group
+        scored = [v for v in result if v["group"] == group and v["valid_bpc"] is not None]
+        if scored:
+            min(scored, key=lambda v: v["valid_bpc"])["best_of"] = group
     return result
+
+
+def _all_diverged(variant: str, rows: list[dict]) -> dict:
+    """The per-variant entry of a variant whose every seed diverged: no scores."""
+    return {
+        "variant": variant,
+        "group": rows[0]["group"],
+        "seeds": 0,
+        "diverged": len(rows),
+        "test_bpc": None,
+        "test_bpc_ci": None,
+        "difference": None,
+        "difference_ci": None,
+        "valid_bpc": None,
+        "parameters": statistics.fmean(r["parameters"] for r in rows),
+        "steps": statistics.fmean(r["steps"] for r in rows),
+        "tokens_per_second": None,
+        "best_of": None,
+    }
 
 
 # ----------------------------------------------------------------------------- output
@@ -357,6 +418,11 @@ def _plus_minus(value: float | None, half: float | None, signed: bool = False) -
         return "-"
     text = f"{value:+.4f}" if signed else f"{value:.4f}"
     return text if half is None else f"{text} ± {half:.4f}"
+
+
+def seeds_text(variant: dict) -> str:
+    """The seeds scored, and how many diverged: ``3``, ``1 (2 diverged)``."""
+    return f"{variant['seeds']}" + (f" ({variant['diverged']} diverged)" if variant["diverged"] else "")
 
 
 def versus(variant: dict, baseline: str) -> str:
@@ -375,9 +441,10 @@ def markdown(variants: list[dict], baseline: str) -> str:
     for v in variants:
         name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
         speed = "-" if v["tokens_per_second"] is None else f"{v['tokens_per_second']:,.0f}"
+        valid = "-" if v["valid_bpc"] is None else f"{v['valid_bpc']:.4f}"
         lines.append(
-            f"| {name} | {v['seeds']} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
-            f"{versus(v, baseline)} | {v['valid_bpc']:.4f} | "
+            f"| {name} | {seeds_text(v)} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
+            f"{versus(v, baseline)} | {valid} | "
             f"{v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} |"
         )
     for v in variants:
@@ -394,6 +461,7 @@ def print_report(variants: list[dict], baseline: str) -> None:
         | {
             "test": _plus_minus(v["test_bpc"], v["test_bpc_ci"]),
             "diff": versus(v, baseline),
+            "seeds": seeds_text(v),
         }
         for v in variants
     ]
@@ -567,18 +635,19 @@ class Progress:
         self.runs, self.out, self.seconds, self.walls = runs, out, seconds, []
 
     def say(self, message: str) -> None:
-        done = sum(read_summary(self.out / r.name) is not None for r in self.runs)
+        over = sum(done(self.out / r.name) for r in self.runs)
         per_run = statistics.fmean(self.walls) if self.walls else self.seconds
-        left = round((len(self.runs) - done) * per_run / 60)
+        left = round((len(self.runs) - over) * per_run / 60)
         print(
-            f"[{done}/{len(self.runs)} runs done, ~{left // 60}:{left % 60:02d} left] {message}",
+            f"[{over}/{len(self.runs)} runs done, ~{left // 60}:{left % 60:02d} left] {message}",
             file=sys.stderr,
             flush=True,
         )
 
 
 def run_grid(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> int:
-    """Run every unfinished, unclaimed run of ``runs``; 0, or 1 when one failed."""
+    """Run every unclaimed run of ``runs`` that is not over (finished or diverged); 0, or
+    1 when one failed."""
     out.mkdir(parents=True, exist_ok=True)
     for run in runs:  # before any work: a folder of another configuration
         if (out / run.name / "config.yaml").is_file():
@@ -586,7 +655,7 @@ def run_grid(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> int:
     progress, failed = Progress(runs, out, grid.seconds), False
     progress.say(f"{len(runs)} run(s) of {grid.seconds:g} s in {out}")
     for run in runs:
-        if read_summary(out / run.name) is not None:
+        if done(out / run.name):
             continue
         claim = Lock(out / f"{run.name}.claim", f"run {run.name}")
         try:
@@ -595,7 +664,7 @@ def run_grid(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> int:
             progress.say(f"{run.name}: left to its holder ({e})")
             continue
         try:
-            if read_summary(out / run.name) is not None:  # finished by another harness meanwhile
+            if done(out / run.name):  # finished by another harness meanwhile
                 continue
             started = time.monotonic()
             code = train(run, out, grid, progress.say)
@@ -604,13 +673,14 @@ def run_grid(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> int:
             claim.release()
         if code in INTERRUPTED.values():
             raise Stopped(code)
-        if code != 0:
+        outcome = "finished" if code == 0 else "diverged" if diverged(out / run.name) else "failed"
+        if outcome == "failed":
             failed = True
             print(
                 f"error: {run.name} failed (exit status {code}): {last_error(out / f'{run.name}.log')}", file=sys.stderr
             )
         write_results(grid, grid_path, runs, out)
-        progress.say(f"{run.name}: {'failed' if code else 'finished'}")
+        progress.say(f"{run.name}: {outcome}")
     return 1 if failed else 0
 
 

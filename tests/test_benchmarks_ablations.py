@@ -288,3 +288,24 @@ def test_two_harnesses_on_one_grid_split_it(tmp_path):
         records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
         assert [r["split"] for r in records].count("run") == 1 and (out / name / "summary.json").is_file()
     assert len(json.loads((out / "results.json").read_text())["runs"]) == 3
+
+
+@pytest.mark.slow
+def test_a_diverged_run_is_a_result_reported_and_never_retried(tmp_path):
+    """A run that diverges (sharnn train's "training diverged") is over: its row says so,
+    without scores; the report counts it per variant; a rerun does not start it again."""
+    variants = [
+        {"name": "single-head", "overrides": []},
+        {"name": "blowup", "overrides": ["lr=1000", "clip=0", "warmup_steps=0"]},
+    ]
+    grid, out = tiny_grid(tmp_path, 2, [1], variants), tmp_path / "out"
+    first = run(harness("--grid", grid, "--out", out))
+    assert first.returncode == 0, first.stderr
+    assert "blowup-seed1: diverged" in first.stderr
+    rows = {r["variant"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    assert rows["blowup"]["diverged"].startswith("error: training diverged")
+    assert rows["blowup"]["test_bpc"] is None and rows["blowup"]["steps"] > 0
+    assert rows["single-head"]["test_bpc"] > 0 and "diverged" not in rows["single-head"]
+    assert "| blowup | 0 (1 diverged) | - |" in first.stdout
+    again = run(harness("--grid", grid, "--out", out))
+    assert again.returncode == 0 and started(again.stderr) == []
