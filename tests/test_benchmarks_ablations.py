@@ -20,6 +20,7 @@ import yaml
 
 import ablations as ab  # benchmarks/ablations.py, through pyproject's pythonpath
 from helpers import SUBPROCESS_ENV, assert_ok, cli, metrics, wait_for, write_small_corpus
+from sharnn.architectures import parameter_count
 from sharnn.config import TrainConfig, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,6 +140,17 @@ def test_the_bundled_grid_and_presets():
     baseline = load_config("ablation-small", ["seed=1"])
     assert baseline.model.to_dict() == load_config("ablation-small").model.to_dict()
     assert load_config("ablation-transformer").model.architecture == "transformer"
+
+
+def test_the_paper_scale_grid_loads_with_the_same_variants():
+    """benchmarks/ablations-paper.yaml (docs/ablations.md) plans the small grid's variants
+    at the paper's sizes, its Transformer within 3% of the SHA-RNN's parameters."""
+    small, paper = ab.read_grid(ab.GRID), ab.read_grid(ab.GRID.with_name("ablations-paper.yaml"))
+    ungrouped = {r.variant for r in small.runs if r.group is None}
+    assert {r.variant for r in paper.runs} == ungrouped
+    models = {r.variant: ab.planned_config(r, paper.seconds).model for r in paper.runs}
+    sha_rnn, transformer = parameter_count(models["single-head"]), parameter_count(models["transformer"])
+    assert models["single-head"].d_model == 1024 and abs(transformer / sha_rnn - 1) < 0.03
     defaults = dataclasses.asdict(TrainConfig())
     for name in ("ablation-small", "ablation-transformer"):  # presets state only their differences
         mapping = yaml.safe_load((ROOT / "src" / "sharnn" / "presets" / f"{name}.yaml").read_text())
