@@ -196,8 +196,10 @@ def corpus_file(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [*VARIANTS, "model.attention=none", "model.attention=all"])
 def test_a_variant_trains_resumes_exactly_after_kill_9_exports_and_reloads(tmp_path, corpus_file, variant):
+    """Every SHA-RNN variant of the ablation grid (benchmarks/ablations.yaml; the
+    optimizer's are in test_train.py, the Transformer's in test_transformer.py)."""
     settings = [*RESUMABLE, f"data={corpus_file}", variant]
     reference, run_dir = tmp_path / "reference", tmp_path / "killed"
     with single_thread():
@@ -224,5 +226,6 @@ def test_a_variant_trains_resumes_exactly_after_kill_9_exports_and_reloads(tmp_p
     assert_ok(info)
     parts = set(re.findall(r"^  ([a-z_ +]+?) {2,}[\d,]+$", info.stdout, re.MULTILINE))  # "  name   12,345"
     cell, feed_forward = ("ln_lstm" if value == "ln_lstm" else "lstm"), ("mlp" if value == "mlp" else "boom")
-    assert parts == {"embedding + output bias", cell, "attention", feed_forward, "layernorm"}
+    attention = set() if value == "none" else {"attention"}
+    assert parts == {"embedding + output bias", cell, feed_forward, "layernorm"} | attention
     assert f"{exported.num_parameters():,} trainable" in info.stdout
