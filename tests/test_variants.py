@@ -33,6 +33,7 @@ from sharnn.model import MLP, SHARNN, LayerNormLSTM, SHARNNConfig, gelu
 
 V = 256
 VARIANTS = ["model.cell=ln_lstm", "model.value_gate=vector", "model.feed_forward=mlp"]
+VARIANT_SETTINGS = [v.removeprefix("model.").split("=") for v in VARIANTS]
 
 
 def small_model(seed: int = 0, **overrides) -> SHARNN:
@@ -229,3 +230,16 @@ def test_a_variant_trains_resumes_exactly_after_kill_9_exports_and_reloads(tmp_p
     attention = set() if value == "none" else {"attention"}
     assert parts == {"embedding + output bias", cell, feed_forward, "layernorm"} | attention
     assert f"{exported.num_parameters():,} trainable" in info.stdout
+
+
+def test_the_model_card_names_a_variant_and_keeps_the_papers_card(tmp_path):
+    """The card of a variant says what differs from the paper's model; the paper's own
+    card has no such rows."""
+    variant = SHARNN(SHARNNConfig(d_model=16, n_layers=2, boom_dim=32, attention_span=16, **dict(VARIANT_SETTINGS)))
+    variant.save_pretrained(tmp_path / "variant")
+    card = (tmp_path / "variant" / "README.md").read_text()
+    assert "| LSTM cell | `ln_lstm`" in card and "| feed-forward | `mlp`" in card
+    assert "a learned vector through a sigmoid" in card
+    small_model().save_pretrained(tmp_path / "paper")
+    card = (tmp_path / "paper" / "README.md").read_text()
+    assert "| LSTM cell" not in card and "| feed-forward" not in card and "value-gate network |" in card
