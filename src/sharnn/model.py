@@ -47,7 +47,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from huggingface_hub import ModelCard, PyTorchModelHubMixin
-from huggingface_hub.errors import EntryNotFoundError, HFValidationError
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor
@@ -883,16 +882,7 @@ class SHARNN(
                 name that is neither a folder nor a model the Hub gives (not a valid repo
                 id, not found, no network).
         """
-        if Path(pretrained_model_name_or_path).is_dir():  # the mixin would only warn without config.json
-            pretrained.read_config_json(Path(pretrained_model_name_or_path))
-        try:
-            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
-        except (HFValidationError, EntryNotFoundError, OSError) as e:
-            reason = " ".join(str(e).split())[:200]
-            raise CheckpointError(
-                f"{pretrained_model_name_or_path} is not a folder, and the Hugging Face Hub does not "
-                f"give it ({type(e).__name__}: {reason})"
-            ) from None
+        return pretrained.load_strictly(super().from_pretrained, pretrained_model_name_or_path, **kwargs)
 
     @classmethod
     def _from_pretrained(
