@@ -14,9 +14,10 @@ Run ``NAME-seedS`` is ``sharnn train --preset P OVERRIDES seed=S max_seconds=SEC
 --out OUT/NAME-seedS``, its output appended to ``OUT/NAME-seedS.log``:
 
 - finished runs (``summary.json``) are skipped, and so are diverged ones (their log ends
-  with ``sharnn train``'s "training diverged": a result, which a retry would repeat); an unfinished folder is continued with
-  ``sharnn train --resume``, which resumes exactly from its last checkpoint; a folder
-  started with another configuration is refused (choose another ``--out``);
+  with ``sharnn train``'s "training diverged": a result, which a retry would repeat); an
+  unfinished folder is continued with ``sharnn train --resume``, which resumes exactly
+  from its last checkpoint; a folder started with another configuration is refused
+  (choose another ``--out``);
 - a run is claimed first: an OS lock (flock, released by the kernel when the process
   ends, ``kill -9`` too) on ``OUT/NAME-seedS.claim``, taken without waiting, so that
   several harnesses started on one grid, on one machine or on several sharing a file
