@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import ConfigError
-from .model import SHARNN, Block, State, gelu
+from .model import SHARNN, Block, LayerNormLSTM, State, gelu
 
 TABLE_MAX_ROWS = 256  # a larger vocabulary gathers its embeddings instead: its table would cost more than it saves
 
@@ -93,6 +93,7 @@ class Step:
             _Block(block, model.embedding.weight if table and i == 0 else None) for i, block in enumerate(model.blocks)
         ]
 
+    @torch.no_grad()
     def load_state(self, state: State) -> None:
         """Continue from ``state``, what ``model(tokens, state)`` returned for these streams
         (after a prompt): ``(h, c)`` copied, the memory (``[M, B, d]``) copied in time order
@@ -140,8 +141,8 @@ class _Block:
     ``embedding`` (``[V, d]``, block 0's input), its input-to-gates table."""
 
     def __init__(self, block: Block, embedding: Tensor | None):
-        self.block, self.eps = block, block.ln_start.eps
-        self.ln_lstm = not isinstance(block.lstm, torch.nn.LSTM)
+        self.block = block
+        self.ln_lstm = isinstance(block.lstm, LayerNormLSTM)
         self._prepare_recurrence()
         self.table = None if embedding is None else self._from_input(embedding)
         if block.attention is not None:
