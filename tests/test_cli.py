@@ -43,6 +43,7 @@ from sharnn.config import load_config, preset_names
 from sharnn.data import load_corpus, read_bytes
 from sharnn.evaluate import evaluate
 from sharnn.generate import generate
+from sharnn.inference import Step
 from sharnn.progress import ProgressDisplay
 from sharnn.tokenizer import ByteTokenizer
 
@@ -275,11 +276,11 @@ def test_generate_shows_invalid_utf8_as_replacement_characters(tmp_path, run_dir
     assert out.startswith("\u00e9") and "\ufffd" in out
 
 
-def test_generate_carries_state_instead_of_re_encoding_the_prompt(run_dir):
+def test_generate_carries_state_instead_of_re_encoding_the_prompt(run_dir, monkeypatch):
     """The incremental path (prompt fed once in windows, then one byte at a time with the
-    carried state) gives the same next-byte logits as one eval forward over prompt +
-    sampled bytes; and every byte is fed exactly once (but the last sample, which
-    nothing follows)."""
+    carried state, through the inference step) gives the same next-byte logits as one
+    eval forward over prompt + sampled bytes; and every byte is fed exactly once (but the
+    last sample, which nothing follows)."""
     model, _ = load_model(run_dir)
     tokenizer = ByteTokenizer()
     prompt = tokenizer.encode("<page>\n  <title>Anarchism</title>")
@@ -292,6 +293,13 @@ def test_generate_carries_state_instead_of_re_encoding_the_prompt(run_dir):
         calls.append((tokens.clone(), logits.clone()))
         return logits, new_state
 
+    def step_spy(step, tokens):
+        logits = original_step(step, tokens)
+        calls.append((tokens.view(1, -1).clone(), logits.unsqueeze(0).clone()))
+        return logits
+
+    original_step = Step.__call__
+    monkeypatch.setattr(Step, "__call__", step_spy)
     model.forward = spy
     sampled = [int(t[0]) for t in generate(model, prompt.view(-1, 1), 12, temperature=1.0, seed=11, window=10)]
     model.forward = original_forward

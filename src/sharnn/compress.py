@@ -11,8 +11,10 @@ length times the model's bits per byte. Two modes:
   the file.
 
 The input is cut into ``B`` contiguous streams, coded in lockstep through the model's
-batch dimension: one forward call ``[1, B]`` per position. Each stream starts cold
-after a newline, as generation does.
+batch dimension: one position of every stream at a time. Each stream starts cold after
+a newline, as generation does. An SHA-RNN computes each position with
+:class:`sharnn.inference.Step` (files of format version 3); a Transformer, and files of
+versions 1 and 2, with the model's forward ``[1, B]``, the path that wrote them.
 
 Exact round trip: the decoder can only compute the distribution of position ``t`` after
 decoding position ``t - 1``, so the encoder computes every distribution the same way,
@@ -47,14 +49,19 @@ import torch
 
 from .config import TrainConfig, load_config
 from .errors import CheckpointError, ConfigError, DataError
+from .inference import Step
 from .model import SHARNN
 from .pretrained import update_weights_digest
 from .progress import ProgressDisplay
 from .recipe import build_optimizer, learning_rate, train_step
 
 MAGIC = b"\x89sharnn\n"
-FORMAT_VERSION = 2  # the version compress() writes; version 1 (no storage keys) is still read
-READABLE_VERSIONS = (1, 2)
+# The version compress() writes for an SHA-RNN, whose positions the inference step computes;
+# a Transformer's files, computed by its forward, keep version 2. Versions 1 (no storage
+# keys) and 2 decode with the model's forward, the path that wrote them.
+FORMAT_VERSION = 3
+FORWARD_VERSIONS = (1, 2)
+READABLE_VERSIONS = (*FORWARD_VERSIONS, FORMAT_VERSION)
 MAX_ONLINE_PARAMETERS = 100_000_000  # online models larger than this are refused on both sides
 # A byte under constriction's leaky 24-bit categorical has probability <= 1 - 255 / 2**24,
 # so it costs >= 2.2e-5 bits: a payload of P bits codes fewer than 2**16 * P bytes.
@@ -113,7 +120,8 @@ class Header:
 
 
 _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {"storage", "coded_bytes"}
-_KEYS = {1: _V1_KEYS, 2: _V1_KEYS | {"storage", "coded_bytes"}}  # the exact keys of each version
+_V2_KEYS = _V1_KEYS | {"storage", "coded_bytes"}
+_KEYS = {1: _V1_KEYS, 2: _V2_KEYS, 3: _V2_KEYS}  # the exact keys of each version
 
 
 def model_sha256(model: SHARNN) -> str:
@@ -196,7 +204,8 @@ def compress(
         progress: shows the fraction coded and the bits per byte so far.
 
     Returns:
-        The compressed file's bytes: a header, then the coder's payload; or, when that
+        The compressed file's bytes: a header (format version :func:`written_version`:
+        3 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
         would be larger, the header and ``data`` itself (``read_header(blob)[0].storage``
         is then ``"stored"`` and ``.coded_bytes`` the coded file's size), at most
         ``len(data)`` plus the header.
@@ -205,7 +214,8 @@ def compress(
         ConfigError: ``streams`` < 1, or a model that is not byte-level.
     """
     header, payload = _code(data, model, streams=streams, online=online, progress=progress)
-    coded = _pack(header) + payload
+    version = written_version(model)
+    coded = _pack(header, version) + payload
     stored = (
         _pack(
             dataclasses.replace(
@@ -216,7 +226,8 @@ def compress(
                 stream_crc32=[],
                 payload_bytes=len(data),
                 payload_crc32=zlib.crc32(data),
-            )
+            ),
+            version,
         )
         + data
     )
@@ -242,7 +253,7 @@ def _code(
             progress.update(bpc=f"{encoder.num_bits() / max(t * len(lengths), 1):.4f}")
         return symbols
 
-    _walk(model, lengths, code, online, progress)
+    _walk(model, lengths, code, online, progress, written_version(model))
     payload = encoder.get_compressed().astype("<u4").tobytes()
     starts = np.cumsum([0, *lengths])
     header = Header(
@@ -259,6 +270,12 @@ def _code(
     return header, payload
 
 
+def written_version(model: SHARNN) -> int:
+    """The format version :func:`compress` writes for ``model``: :data:`FORMAT_VERSION`
+    for an SHA-RNN (coded by the inference step), 2 for a Transformer (by its forward)."""
+    return FORMAT_VERSION if isinstance(model, SHARNN) else 2
+
+
 def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
     """Split a compressed file into its checked header and payload. The header is validated
     completely (docs/compression.md, "File format") before anything is allocated for it.
@@ -272,6 +289,11 @@ def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
             expected JSON object (keys, types, ranges, or values that contradict each other
             or the payload's size).
     """
+    return _split(blob, name)[1:]
+
+
+def _split(blob: bytes, name: str) -> tuple[int, Header, bytes]:
+    """:func:`read_header`, with the file's format version first."""
     if blob and len(blob) < _PREFIX.size and MAGIC.startswith(blob[: len(MAGIC)]):
         raise DataError(f"{name} is truncated (its header is incomplete)")
     if len(blob) < _PREFIX.size or blob[: len(MAGIC)] != MAGIC:
@@ -295,7 +317,7 @@ def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
         )
     if zlib.crc32(payload) != header.payload_crc32:
         raise DataError(f"{name} is corrupt: its payload fails its CRC32 check")
-    return header, payload
+    return version, header, payload
 
 
 def decompress(
@@ -321,7 +343,7 @@ def decompress(
         CheckpointError: a model-mode file without its model, or with another model.
         ConfigError: an online file given a model.
     """
-    header, payload = read_header(blob, name)
+    version, header, payload = _split(blob, name)
     if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
         return payload
     model, online = _decoding_model(header, model, name)
@@ -335,7 +357,7 @@ def decompress(
 
     try:
         with torch_threads(header.environment["threads"]):
-            grid = _walk(model, lengths, code, online, progress)
+            grid = _walk(model, lengths, code, online, progress, version)
     except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
         raise DataError(f"{name} does not decode: {e}") from None
     except MemoryError:
@@ -413,14 +435,18 @@ def _walk(
     code: Callable[[int, np.ndarray], np.ndarray],
     online: TrainConfig | None,
     progress: ProgressDisplay | None,
+    version: int,
 ) -> np.ndarray:
     """Walk the streams in lockstep, one position at a time, for both directions.
 
-    At position ``t`` the model reads the previous byte of every stream (``[1, B]``) and
+    At position ``t`` the model reads the previous byte of every stream (``[B]``) and
     ``code(t, probs)`` codes the bytes of the ``k`` streams still running (``probs``:
-    ``[k, 256]`` float64), returning them. In online mode, every ``bptt`` positions the
-    model takes one optimizer step on the window just coded, before coding on.
-    ``progress`` is given the fraction of positions done.
+    ``[k, 256]`` float64), returning them. The model computes each position as files of
+    format ``version`` were coded: by the inference step (:data:`FORMAT_VERSION`), or by
+    its forward on ``[1, B]`` (:data:`FORWARD_VERSIONS`). In online mode, every ``bptt``
+    positions the model takes one optimizer step on the window just coded, and the step
+    is prepared again from the new weights, before coding on. ``progress`` is given the
+    fraction of positions done.
 
     Returns:
         ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
@@ -435,12 +461,14 @@ def _walk(
     learner = _OnlineLearner(model, online, device) if online is not None else None
     longer = lengths.count(rows)  # the streams one byte longer than the rest, which come first
     model.eval()
-    state = None
+    if not rows:  # an empty file: no position to compute
+        return grid[1:].astype(np.uint8)
+    position = Step(model, len(lengths), rows) if version == FORMAT_VERSION else _Forward(model)
     for t in range(rows):
         if learner is not None and t > 0 and t % online.bptt == 0:
             learner.learn(torch.from_numpy(grid[t - online.bptt : t + 1]).to(device))
-        logits, state = model(torch.from_numpy(grid[t : t + 1]).to(device), state)
-        probs = _probabilities(logits[0])
+            position.refresh()
+        probs = _probabilities(position(torch.from_numpy(grid[t]).to(device)))
         running = longer if t == rows - 1 else len(lengths)
         grid[t + 1, :running] = code(t, probs[:running])
         if progress is not None and t % _PROGRESS_EVERY == 0:
@@ -452,6 +480,22 @@ def _probabilities(logits: torch.Tensor) -> np.ndarray:
     """Logits ``[B, V]`` -> float64 probabilities ``[B, V]`` for the coder: the same
     deterministic computation on both sides."""
     return torch.softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
+
+
+class _Forward:
+    """The model's forward on one position ``[1, B]``, its state carried: how files of
+    versions 1 and 2 were coded. The interface of :class:`~sharnn.inference.Step`."""
+
+    def __init__(self, model: SHARNN):
+        self.model, self.state = model, None
+
+    def refresh(self) -> None:
+        """Nothing to prepare: the forward reads the weights as they are."""
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens [B]`` -> logits ``[B, V]``."""
+        logits, self.state = self.model(tokens.view(1, -1), self.state)
+        return logits[0]
 
 
 class _OnlineLearner:
@@ -507,9 +551,9 @@ def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: s
     return b"".join(pieces)
 
 
-def _pack(header: Header) -> bytes:
-    """A version-:data:`FORMAT_VERSION` file's header: prefix, JSON and its CRC32."""
-    return _frame(json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode(), FORMAT_VERSION)
+def _pack(header: Header, version: int = FORMAT_VERSION) -> bytes:
+    """A version-``version`` file's header: prefix, JSON and its CRC32."""
+    return _frame(json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode(), version)
 
 
 def _frame(text: bytes, version: int) -> bytes:

@@ -2,7 +2,10 @@
 the case ``B = 1``).
 
 The prompts are fed once, in windows, carrying the LSTM state and memory; then every
-sampled token is fed alone with the carried state. Nothing is re-encoded per token.
+sampled token is fed alone with the carried state. Nothing is re-encoded per token. An
+SHA-RNN in fp32 (no autocast) runs the sampled tokens through the inference step
+(:class:`sharnn.inference.Step`), its state the prompt's, copied exactly; a Transformer,
+or a model under autocast, through its forward.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from torch import Tensor
 
 from .data import Corpus
 from .errors import ConfigError
+from .inference import Step
 from .model import SHARNN
 from .runtime import autocast
 
@@ -99,12 +103,23 @@ def generate(
     state = None
     for start in range(0, prompts.shape[0], window):
         logits, state = step(prompts[start : start + window], state)
+    logits = logits[-1]
+    if isinstance(model, SHARNN) and autocast_dtype is None:  # the inference step, from the prompt's state
+        advance = Step(model, prompts.shape[1], prompts.shape[0] + max_new_tokens)
+        advance.load_state(state)
+    else:
+
+        def advance(tokens: Tensor) -> Tensor:
+            nonlocal state
+            logits, state = step(tokens.view(1, -1), state)
+            return logits[0]
+
     for i in range(max_new_tokens):
-        probs = filter_logits(logits[-1], temperature, top_k, top_p)  # [B, V]
+        probs = filter_logits(logits, temperature, top_k, top_p)  # [B, V]
         tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         yield tokens
         if i + 1 < max_new_tokens:
-            logits, state = step(tokens.view(1, -1), state)
+            logits = advance(tokens)
 
 
 def print_sample(model: SHARNN, corpus: Corpus, n: int, seed: int, autocast_dtype: torch.dtype | None = None) -> None:

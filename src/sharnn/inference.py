@@ -1,0 +1,234 @@
+"""One inference position of a trained SHA-RNN for ``B`` streams at once: what ``sharnn
+compress``, ``decompress`` and ``generate`` run for every token (docs/compression.md,
+"The step").
+
+``model(tokens [1, B], state)`` runs one position through the code written for windows
+of ``T`` positions: it copies the whole memory to append the new position, recomputes
+the value gate from its network, and computes every product and LayerNorm as the
+window does. :class:`Step` computes the same function for ``T = 1`` (the model in eval
+mode: no dropout), with what is constant at inference prepared once from the weights:
+
+- block 0's input-to-gates product (with ``LN_start`` and the biases) as a table of
+  ``V`` rows, one per token, when ``V <= 256``: its input is a function of the token alone;
+- in the other blocks, the LSTM's two gate products as one,
+  ``[LN_start(x) ; h] @ [W_ih ; W_hh]^T + (b_ih + b_hh)``;
+- the value gate as its constant; the query's two gates and ``1/sqrt(d)`` folded into
+  the query LayerNorm's gain and bias; ``LN_xff``'s gain and bias folded into the first
+  product of the Boom (or MLP), so that ``LN_ff`` and ``LN_xff`` share one normalisation;
+- the memory as a ring buffer of ``span`` positions written in place: the one query
+  attends to every memory position without a mask, so their order does not matter, and
+  the attention is two batched matrix products over the ring.
+
+Its probabilities agree with ``model(...)``'s up to rounding (within 1e-6: sums run in
+another order). Both sides of a compressed file's round trip run the step, so their
+probabilities are bitwise equal on one kind of machine with one thread count.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .errors import ConfigError
+from .model import SHARNN, Block, LayerNormLSTM, State, gelu
+
+TABLE_MAX_ROWS = 256  # a larger vocabulary gathers its embeddings instead: its table would cost more than it saves
+
+
+class Step:
+    """One position of ``model`` for ``streams`` streams, and their recurrent state.
+
+    Example::
+
+        step = Step(model, streams=8)        # a trained SHA-RNN
+        logits = step(tokens)                # tokens [B] int64 -> logits [B, V] (float32)
+        logits = step(next_tokens)           # the state carried, the memory in the ring
+
+    Args:
+        model: a trained :class:`~sharnn.model.SHARNN` in the parameters' dtype (fp32);
+            its weights are read, never changed; its mode does not matter (no dropout).
+        streams: ``B``, the number of streams.
+        positions: the most positions the step will run, those of a state given to
+            :meth:`load_state` included (None: no limit). The memory holds
+            ``min(attention_span, positions)`` positions, so a short input allocates
+            no more than it needs.
+
+    Attributes:
+        position: positions run, the loaded state's memory included.
+        lstm: per block, the LSTM state ``(h, c)``, each ``[B, d]``.
+        memory: per block, the ring ``[B, R, d]`` (``R = min(attention_span,
+            positions)``) of ``LN_mem`` outputs, position ``p`` in slot ``p % R``; None
+            for blocks without attention.
+
+    Raises:
+        ConfigError: a model that is not an SHA-RNN (a Transformer), or ``streams`` < 1.
+    """
+
+    def __init__(self, model: SHARNN, streams: int, positions: int | None = None):
+        if not isinstance(model, SHARNN):
+            raise ConfigError(f"the inference step runs an SHA-RNN, not a {type(model).__name__}")
+        if streams < 1:
+            raise ConfigError(f"streams must be >= 1, got {streams}")
+        self.model, self.streams = model, streams
+        self.limit = positions
+        span = model.config.attention_span
+        self.slots = span if positions is None else max(1, min(span, positions))
+        weight = model.embedding.weight
+        self.position = 0
+        self.lstm = [tuple(weight.new_zeros(streams, weight.shape[1]) for _ in "hc") for _ in model.blocks]
+        self.memory = [
+            None if block.attention is None else weight.new_zeros(streams, self.slots, weight.shape[1])
+            for block in model.blocks
+        ]
+        self.refresh()
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Prepare the weights again from the model's (after they changed: online mode's
+        training); the state is kept."""
+        model = self.model
+        table = model.config.vocab_size <= TABLE_MAX_ROWS
+        self.blocks = [
+            _Block(block, model.embedding.weight if table and i == 0 else None) for i, block in enumerate(model.blocks)
+        ]
+
+    @torch.no_grad()
+    def load_state(self, state: State) -> None:
+        """Continue from ``state``, what ``model(tokens, state)`` returned for these streams
+        (after a prompt): ``(h, c)`` copied, the memory (``[M, B, d]``) copied in time order
+        into the ring's first ``M`` slots, :attr:`position` set to ``M``.
+
+        Raises:
+            ValueError: a state of another number of blocks or streams, or a memory
+                longer than the ring.
+        """
+        lengths = {memory.shape[0] for memory in state.memory if memory is not None}
+        position = max(lengths, default=0)
+        if len(state.lstm) != len(self.blocks) or len(lengths) > 1 or position > self.slots:
+            raise ValueError(f"the state does not fit this step ({len(self.blocks)} blocks, {self.slots} slots)")
+        if any(h.shape[1] != self.streams for h, _ in state.lstm):
+            raise ValueError(f"the state is not of {self.streams} streams")
+        dtype = self.model.embedding.weight.dtype
+        self.lstm = [(h[0].to(dtype, copy=True), c[0].to(dtype, copy=True)) for h, c in state.lstm]
+        for ring, memory in zip(self.memory, state.memory):
+            if ring is not None and memory is not None:
+                ring[:, :position] = memory.transpose(0, 1)
+        self.position = position
+
+    @torch.no_grad()
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """Run one position: ``tokens [B]`` (int64, on the model's device), the token of
+        every stream -> logits ``[B, V]``, the scores of every stream's next token.
+
+        Raises:
+            ValueError: more positions than ``positions``.
+        """
+        if self.limit is not None and self.position >= self.limit:
+            raise ValueError(f"the step was made for {self.limit} positions")
+        slot, filled = self.position % self.slots, min(self.position + 1, self.slots)
+        x = None if self.blocks[0].table is not None else F.embedding(tokens, self.model.embedding.weight)
+        for i, block in enumerate(self.blocks):
+            self.lstm[i] = block.recurrence(x, tokens, self.lstm[i])
+            u = self.lstm[i][0]  # the LSTM's output is its h
+            x = block.feed_forward(u if self.memory[i] is None else block.attend(u, self.memory[i], slot, filled))
+        self.position += 1
+        return F.linear(x, self.model.embedding.weight, self.model.output_bias)
+
+
+class _Block:
+    """One block's weights as the step computes with them, prepared from ``block``; with
+    ``embedding`` (``[V, d]``, block 0's input), its input-to-gates table."""
+
+    def __init__(self, block: Block, embedding: Tensor | None):
+        self.block = block
+        self.ln_lstm = isinstance(block.lstm, LayerNormLSTM)
+        self._prepare_recurrence()
+        self.table = None if embedding is None else self._from_input(embedding)
+        if block.attention is not None:
+            self._prepare_attention()
+        self._prepare_feed_forward()
+
+    def _prepare_recurrence(self) -> None:
+        """The gate weights in the order ``f, i, o, g`` (the LN-LSTM's; ``nn.LSTM``'s rows
+        are ``i, f, g, o`` and are permuted), the biases summed, the products fused."""
+        lstm = self.block.lstm
+        if self.ln_lstm:
+            self.w_ih, self.w_hh, self.bias = lstm.weight_ih, lstm.weight_hh, lstm.bias
+            return
+        d = lstm.hidden_size
+        order = torch.cat(
+            [torch.arange(d, 2 * d), torch.arange(d), torch.arange(3 * d, 4 * d), torch.arange(2 * d, 3 * d)]
+        )
+        order = order.to(lstm.weight_hh_l0.device)
+        self.w_ih, self.w_hh = lstm.weight_ih_l0[order], lstm.weight_hh_l0[order]
+        self.bias = (lstm.bias_ih_l0 + lstm.bias_hh_l0)[order]
+        self.w_fused = torch.cat([self.w_ih, self.w_hh], dim=1)  # [4d, 2d]
+
+    def _from_input(self, x: Tensor) -> Tensor:
+        """The gates' part from the block's input ``x [N, d]``, the bias included: ``[N, 4d]``."""
+        normed = self.block.ln_start(x)
+        if self.ln_lstm:
+            return self.block.lstm.ln_ih(F.linear(normed, self.w_ih)) + self.bias
+        return F.linear(normed, self.w_ih, self.bias)
+
+    def recurrence(self, x: Tensor | None, tokens: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """The LSTM (or LN-LSTM) of one position: input ``x [B, d]`` (None in a block with
+        a table, which reads ``tokens [B]``), ``(h, c)`` -> the new ``(h, c)``, each ``[B, d]``."""
+        h, c = state
+        d = h.shape[1]
+        gates = self._gates(x, tokens, h)  # [B, 4d]: f, i, o, g
+        f, i, o = torch.sigmoid(gates[:, : 3 * d]).chunk(3, dim=1)
+        c = torch.addcmul(f * c, i, torch.tanh(gates[:, 3 * d :]))
+        h = o * torch.tanh(self.block.lstm.ln_cell(c) if self.ln_lstm else c)
+        return h, c
+
+    def _gates(self, x: Tensor | None, tokens: Tensor, h: Tensor) -> Tensor:
+        """The gates' pre-activations ``[B, 4d]``: from the table or the input, and from ``h``."""
+        if self.table is None and not self.ln_lstm:  # the two products as one
+            return F.linear(torch.cat([self.block.ln_start(x), h], dim=1), self.w_fused, self.bias)
+        from_input = self._from_input(x) if self.table is None else self.table.index_select(0, tokens)
+        if self.ln_lstm:
+            return self.block.lstm.ln_hh(F.linear(h, self.w_hh)).add_(from_input)
+        return torch.addmm(from_input, h, self.w_hh.t())
+
+    def _prepare_attention(self) -> None:
+        """The value gate's constant; the query's gates and ``1/sqrt(d)`` in ``ln_query``'s gain and bias."""
+        head = self.block.attention.head
+        self.value_gate = head.value_gate_vector()
+        scale = torch.sigmoid(head.gate_q) * torch.sigmoid(head.gate_k) * head.scale
+        self.query_gain, self.query_bias = head.ln_query.weight * scale, head.ln_query.bias * scale
+
+    def attend(self, u: Tensor, ring: Tensor, slot: int, filled: int) -> Tensor:
+        """``y = LN_mid(u) + Attn(LN_mid(u), memory)`` for ``u [B, d]``: ``LN_mem(u)``
+        written into ``ring [B, R, d]`` at ``slot``, attention over its first ``filled``
+        slots. Returns ``y [B, d]``."""
+        sublayer = self.block.attention
+        ring[:, slot] = sublayer.ln_mem(u)
+        r = sublayer.ln_mid(u)
+        query = F.layer_norm(
+            F.linear(r, sublayer.head.query.weight, sublayer.head.query.bias),
+            r.shape[1:],
+            self.query_gain,
+            self.query_bias,
+            sublayer.head.ln_query.eps,
+        )
+        memory = ring[:, :filled]  # [B, n, d]
+        probs = torch.softmax(torch.bmm(memory, query.unsqueeze(2)), dim=1)  # [B, n, 1]
+        return torch.addcmul(r, self.value_gate, torch.bmm(probs.transpose(1, 2), memory).squeeze(1))
+
+    def _prepare_feed_forward(self) -> None:
+        """``LN_xff``'s gain and bias folded into the first product (``up``: the Boom's or the MLP's)."""
+        ff = self.block.feed_forward
+        up = ff.boom.linear if ff.mlp is None else ff.mlp.up
+        self.up_weight = up.weight * ff.ln_xff.weight
+        self.up_bias = F.linear(ff.ln_xff.bias, up.weight, up.bias)
+
+    def feed_forward(self, y: Tensor) -> Tensor:
+        """``z = LN_ff(y) + Boom(LN_xff(y))`` (or the MLP) for ``y [B, d]``, one normalisation
+        of ``y`` shared by both LayerNorms. Returns ``z [B, d]``."""
+        ff = self.block.feed_forward
+        normed = F.layer_norm(y, y.shape[1:], eps=ff.ln_ff.eps)
+        hidden = gelu(F.linear(normed, self.up_weight, self.up_bias))
+        inner = hidden.unflatten(-1, (-1, y.shape[1])).sum(-2) if ff.mlp is None else ff.mlp.down(hidden)
+        return torch.addcmul(ff.ln_ff.bias, normed, ff.ln_ff.weight).add_(inner)

@@ -1,0 +1,209 @@
+"""The inference step (sharnn.inference.Step): the model's function one position at a time
+for every variant (its memory a ring that wraps), prepared again after the weights change,
+continued exactly from a prompt's state; compress, decompress and generate run on it, and
+its files (format version 3) round-trip byte for byte while a Transformer's keep version 2."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import sharnn.compress as compression
+from helpers import assert_ok, cli, shared_run
+from sharnn.architectures import build_model
+from sharnn.checkpoint import load_model
+from sharnn.compress import compress, decompress, online_config, online_model, read_header, stream_lengths
+from sharnn.errors import ConfigError
+from sharnn.generate import filter_logits, generate
+from sharnn.inference import Step
+from sharnn.model import SHARNN, SHARNNConfig
+
+TEXT = ("Ünïcödé ✓ — 日本語のテキスト, emoji 🙂, and plain ASCII.\n" * 8).encode("utf-8")
+RANDOM = np.random.default_rng(0).integers(0, 256, 1_500, dtype=np.uint8).tobytes()
+SPAN = 24
+
+
+def peaked_model(seed: int = 0, collapse: bool = False, **overrides) -> SHARNN:
+    """Three blocks of width 16, span 24, in eval mode, its predictions peaked as a trained
+    model's: gates and LayerNorms randomised (none an identity that could hide a misplaced
+    gate), every other weight five times its initialisation."""
+    torch.manual_seed(seed)
+    fields = dict(d_model=16, n_layers=3, boom_dim=32, attention_span=SPAN, dropouti=0.0, dropouth=0.0, dropouto=0.0)
+    model = SHARNN(SHARNNConfig(**(fields | overrides)))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "gate" in name or "ln_" in name:
+                p.normal_(0.0, 0.5).add_(1.0 if name.endswith("weight") else 0.0)
+            else:
+                p.mul_(5.0)
+    return (model.collapse() if collapse else model).eval()
+
+
+def largest_difference(model: SHARNN, tokens: torch.Tensor, step: Step, state=None) -> tuple[float, float]:
+    """Run ``tokens [N, B]`` one position at a time through ``model(...)`` (from ``state``)
+    and ``step``: the largest difference of their float64 probabilities (as the coder
+    computes them), and the largest probability."""
+    worst = peak = 0.0
+    with torch.no_grad():
+        for row in tokens:
+            logits, state = model(row.view(1, -1), state)
+            expected = compression._probabilities(logits[0])
+            worst = max(worst, float(np.abs(compression._probabilities(step(row)) - expected).max()))
+            peak = max(peak, float(expected.max()))
+    return worst, peak
+
+
+def random_tokens(positions: int, streams: int, vocab: int = 256, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, vocab, (positions, streams), generator=torch.Generator().manual_seed(seed))
+
+
+VARIANTS = {
+    "single": {},
+    "all": dict(attention="all"),
+    "none": dict(attention="none"),
+    "collapsed": dict(attention="all", collapse=True),
+    "value-gate-vector": dict(value_gate="vector"),
+    "value-gate-vector-collapsed": dict(value_gate="vector", collapse=True),
+    "mlp": dict(feed_forward="mlp"),
+    "ln-lstm": dict(cell="ln_lstm", attention="all"),
+    "vocab-300-no-table": dict(vocab_size=300),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=list(VARIANTS))
+def test_the_step_computes_the_models_function_over_a_wrapping_ring(variant):
+    """320 positions with a span of 24: the ring wraps 13 times. In fp32 the probabilities
+    agree within 1e-6; in fp64, within 1e-12: the same function, rounded otherwise."""
+    model = peaked_model(**VARIANTS[variant])
+    tokens = random_tokens(320, 3, model.config.vocab_size)
+    worst, peak = largest_difference(model, tokens, Step(model, 3))
+    assert worst < 1e-6 and peak > 5 / model.config.vocab_size, (worst, peak)  # peaked, not near uniform
+    double = copy.deepcopy(model).double()
+    worst, _ = largest_difference(double, tokens[:100], Step(double, 3))
+    assert worst < 1e-12, worst
+
+
+def test_refresh_follows_changed_weights_and_keeps_the_state():
+    """Online mode changes the weights in place between positions: after refresh() the
+    step computes with the new weights, from the state it had; without it, with the old."""
+    model = peaked_model(attention="all")
+    tokens = random_tokens(80, 2)
+    stale, fresh, state = Step(model, 2), Step(model, 2), None
+    with torch.no_grad():
+        for row in tokens[:40]:
+            _, state = model(row.view(1, -1), state)
+            stale(row), fresh(row)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p), alpha=0.05)
+    fresh.refresh()
+    assert largest_difference(model, tokens[40:], stale, state)[0] > 1e-4
+    worst, _ = largest_difference(model, tokens[40:], fresh, state)
+    assert worst < 1e-6, worst
+
+
+@pytest.mark.parametrize("prompt", [10, 40], ids=["memory-partly-full", "memory-full"])
+def test_the_step_continues_exactly_from_a_prompts_state(prompt):
+    """generate() feeds the prompt through model(...) in windows, then continues with the
+    step from that state: (h, c) and the memory are copied bitwise."""
+    model = peaked_model(attention="all")
+    tokens = random_tokens(prompt + 30, 2)
+    state = None
+    with torch.no_grad():
+        for start in range(0, prompt, 20):
+            _, state = model(tokens[start : min(start + 20, prompt)], state)
+    step = Step(model, 2, positions=prompt + 30)
+    step.load_state(state)
+    assert step.position == min(prompt, SPAN) == state.memory[0].shape[0]
+    for (h, c), (h0, c0), ring, memory in zip(step.lstm, state.lstm, step.memory, state.memory):
+        assert torch.equal(h, h0[0]) and torch.equal(c, c0[0])
+        assert torch.equal(ring[:, : step.position], memory.transpose(0, 1))
+    worst, _ = largest_difference(model, tokens[prompt:], step, state)
+    assert worst < 1e-6, worst
+
+
+def test_the_step_refuses_what_it_cannot_run():
+    transformer = build_model(SHARNNConfig(architecture="transformer", d_model=16, n_layers=1, boom_dim=32, n_heads=2))
+    with pytest.raises(ConfigError, match="runs an SHA-RNN, not a Transformer"):
+        Step(transformer, 2)
+    model = peaked_model()
+    step = Step(model, 2, positions=3)
+    for row in random_tokens(3, 2):
+        step(row)
+    with pytest.raises(ValueError, match="made for 3 positions"):
+        step(row)
+    with torch.no_grad():
+        _, state = model(random_tokens(5, 3))
+    with pytest.raises(ValueError, match="not of 2 streams"):
+        Step(model, 2).load_state(state)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_generation_through_the_step_draws_what_the_forward_draws(temperature):
+    """Not promised bitwise in general (probabilities within 1e-6 may draw differently in
+    rare cases); for this model, 60 tokens of 2 streams, greedy and seeded, are the same."""
+    model = peaked_model(attention="all")
+    prompts = random_tokens(12, 2)
+    generator = torch.Generator().manual_seed(5)
+    expected = []
+    with torch.no_grad():
+        logits, state = model(prompts)
+        for _ in range(60):
+            tokens = torch.multinomial(filter_logits(logits[-1], temperature), 1, generator=generator).squeeze(1)
+            expected.append(tokens)
+            logits, state = model(tokens.view(1, -1), state)
+    drawn = torch.stack(list(generate(model, prompts, 60, temperature=temperature, seed=5)))
+    assert torch.equal(drawn, torch.stack(expected))
+
+
+# ---------------------------------------------------------------------------- compression
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return shared_run(tmp_path_factory)
+
+
+def version(blob: bytes) -> int:
+    """The format version of a compressed file (bytes 8-9, little-endian)."""
+    return int.from_bytes(blob[8:10], "little")
+
+
+@pytest.mark.parametrize("streams", [1, 3, 8])
+@pytest.mark.parametrize("data", [b"", b"x", RANDOM, TEXT], ids=["empty", "one-byte", "random", "text"])
+def test_version_3_round_trips_byte_exactly_through_the_command_line(tmp_path, run_dir, data, streams):
+    """The command line's file (coded, or stored raw when that is smaller) and the coded
+    file (in-process, never stored) decode to the input, both of version 3."""
+    source, packed, out = tmp_path / "in", tmp_path / "in.shz", tmp_path / "out"
+    source.write_bytes(data)
+    assert_ok(cli("compress", source, packed, "--model", run_dir, "--streams", streams, "--quiet"))
+    assert version(packed.read_bytes()) == 3
+    assert_ok(cli("decompress", packed, out, "--model", run_dir, "--quiet"))
+    assert out.read_bytes() == data
+    model = load_model(run_dir)[0]
+    header, payload = compression._code(data, model, streams=streams, online=None, progress=None)
+    blob = compression._pack(header) + payload
+    assert version(blob) == 3 and read_header(blob)[0].streams == len(stream_lengths(len(data), streams))
+    assert decompress(blob, model) == data
+
+
+def test_online_mode_writes_version_3_and_round_trips():
+    """Online mode trains between positions: both sides prepare the step again after every update."""
+    config = online_config(["model.d_model=32", "model.boom_dim=64", "model.attention_span=24", "bptt=16"])
+    data = TEXT[:500]
+    header, payload = compression._code(data, online_model(config), streams=3, online=config, progress=None)
+    blob = compression._pack(header) + payload
+    assert version(blob) == 3 and header.mode == "online" and len(data) % 3
+    assert decompress(blob) == data
+
+
+def test_a_transformer_keeps_writing_version_2():
+    torch.manual_seed(0)
+    config = SHARNNConfig(architecture="transformer", d_model=16, n_layers=1, boom_dim=32, attention_span=16, n_heads=2)
+    model = build_model(config).eval()
+    blob = compress(TEXT[:200], model, streams=2)
+    assert version(blob) == 2
+    assert decompress(blob, model) == TEXT[:200]
