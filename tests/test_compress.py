@@ -302,6 +302,81 @@ def test_a_file_coded_on_cuda_is_refused_without_cuda(tmp_path, run_dir, model):
     assert not (tmp_path / "out").exists()
 
 
+# ---------------------------------------------------------------------------- precision bf16
+
+HAS_BF16 = bool(set(compression.BF16_PRODUCTS) & set(compression.cpu_features()))
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="needs a CPU with bf16 instructions (avx512_bf16 or amx_bf16)")
+def test_cli_bf16_round_trip_records_the_cpus_features(tmp_path, run_dir):
+    source, packed, out = tmp_path / "text.txt", tmp_path / "text.shz", tmp_path / "text.out"
+    source.write_bytes(TEXT)
+    assert_ok(cli("compress", source, packed, "--model", run_dir, "--streams", "3", "--precision", "bf16", "--quiet"))
+    header, _ = read_header(packed.read_bytes())
+    assert header.precision == "bf16" and header.storage == "coded"
+    assert header.environment["cpu_features"] == compression.cpu_features()
+    result = cli("decompress", packed, out, "--model", run_dir, "--quiet")
+    assert_ok(result)
+    assert out.read_bytes() == TEXT and "CRC32 of 3 streams checked" in result.stdout
+    fp32 = read_header(coded(TEXT, load_model(run_dir)[0], streams=3))[1]  # the payload of fp32
+    bf16 = read_header(packed.read_bytes())[1]
+    assert bf16 != fp32 and abs(len(bf16) - len(fp32)) <= 0.01 * len(fp32) + 8, (len(bf16), len(fp32))
+    config = online_config(TINY_ONLINE)  # online mode: the step prepared again in bf16 after every update
+    blob = compress(TEXT[:300], online_model(config), streams=2, online=config, precision="bf16")
+    assert read_header(blob)[0].precision == "bf16" and decompress(blob) == TEXT[:300]
+
+
+def _as_if_coded_in_bf16_on(blob: bytes, features: list[str]) -> bytes:
+    """``blob`` with a header that says bf16 on a CPU of ``features`` (its CRC32 right)."""
+    header, payload = read_header(blob)
+    header = dataclasses.replace(header, precision="bf16", environment=header.environment | {"cpu_features": features})
+    return compression._pack(header) + payload
+
+
+def test_cli_a_bf16_file_from_a_cpu_of_other_features_is_refused_before_decoding(
+    tmp_path, packed, run_dir, model, online_blob
+):
+    other, here = ["avx2", "avx512f", "amx_tile", "amx_bf16"], compression.cpu_features()
+    lacks, extra = [f for f in other if f not in here], [f for f in here if f not in other]
+    differs = " and ".join([f"lacks {' '.join(lacks)}"] * bool(lacks) + [f"also has {' '.join(extra)}"] * bool(extra))
+    packed.write_bytes(_as_if_coded_in_bf16_on(packed.read_bytes(), other))
+    fragments = ("text.shz was compressed in bf16 on a CPU with avx2 avx512f amx_tile amx_bf16", f"this CPU {differs}")
+    _refused(tmp_path, packed, run_dir, *fragments)
+    _refused(tmp_path, packed, tmp_path / "no-model", *fragments)  # refused before the model is loaded
+    with pytest.raises(ConfigError, match=f"this CPU {differs}"):
+        decompress(packed.read_bytes(), model)
+    with pytest.raises(ConfigError, match="compressed in bf16"):  # online: before the model is built
+        decompress(_as_if_coded_in_bf16_on(online_blob, other))
+    # the same features: the header is accepted (this file was coded in fp32, so its streams then fail)
+    if not (set(here) - set(other) or set(other) - set(here)):
+        return
+    packed.write_bytes(_as_if_coded_in_bf16_on(packed.read_bytes(), here))
+    with pytest.raises(DataError, match=r"fail its CRC32 check|does not decode"):
+        decompress(packed.read_bytes(), model)
+
+
+def test_cli_refuses_a_precision_it_cannot_code_with(tmp_path, run_dir, model, monkeypatch):
+    source, out = tmp_path / "text.txt", tmp_path / "out"
+    source.write_bytes(TEXT)
+    for junk in ("fp16", "junk"):
+        result = cli("compress", source, out, "--model", run_dir, "--precision", junk)
+        assert_user_error(result, f"'{junk}' is not one of 'fp32', 'bf16'")
+        assert result.exit_code == 2
+    with pytest.raises(ConfigError, match="precision must be fp32 or bf16, got 'fp16'"):
+        compress(TEXT, model, precision="fp16")
+    cpuinfo = tmp_path / "cpuinfo"  # a CPU without bf16 instructions, as /proc/cpuinfo shows one
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512bw\n\nprocessor\t: 1\n")
+    monkeypatch.setattr(compression, "_CPUINFO", cpuinfo)
+    assert compression.cpu_features() == ["avx2", "avx512f"]
+    assert_user_error(
+        cli("compress", source, out, "--model", run_dir, "--precision", "bf16"),
+        "precision bf16 needs a CPU with bf16 instructions (avx512_bf16 or amx_bf16); this one has avx2 avx512f",
+    )
+    assert not out.exists()
+    monkeypatch.setattr(compression, "_CPUINFO", tmp_path / "missing")  # not Linux: torch's capability
+    assert compression.cpu_features() == [torch.backends.cpu.get_cpu_capability()]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_round_trip_on_cuda(run_dir):
     cuda_model = load_model(run_dir, device="cuda")[0]
@@ -470,8 +545,37 @@ HOSTILE = {
     "v1-huge-length": (1, _fields(storage=_DROP, coded_bytes=_DROP, length=10**12), "is more than"),
     "version-4": (4, _fields(), "format version 4; this sharnn reads versions 1, 2, 3"),
 }
-# Version 3 (the inference step's) has version 2's keys, checked alike.
+# Version 3 (the inference step's) has version 2's keys, checked alike, and precision.
 HOSTILE |= {f"{case}-v3": (3, *rest) for case, (version, *rest) in HOSTILE.items() if version == 2}
+
+
+def _bf16(**environment) -> Callable[[dict], dict]:
+    """A header made bf16, its environment changed by ``environment``."""
+    return lambda f: _fields(precision="bf16", environment=f["environment"] | environment)(f)
+
+
+HOSTILE |= {
+    "v3-without-precision": (3, _fields(precision=_DROP), "version-3 header lacks precision"),
+    "v2-with-precision": (2, _fields(precision="fp32"), "version-2 header has unknown keys precision"),
+    "precision-fp16": (3, _fields(precision="fp16"), 'precision is "fp16", not "fp32" or "bf16"'),
+    "bf16-without-features": (3, _fields(precision="bf16"), "environment has keys cpu_capability, device,"),
+    "fp32-with-features": (
+        3,
+        lambda f: _fields(environment=f["environment"] | {"cpu_features": ["avx2"]})(f),
+        "environment has keys cpu_capability, cpu_features,",
+    ),
+    "bf16-no-features": (3, _bf16(cpu_features=[]), "environment.cpu_features is [] (cpu_features: 1 to 16"),
+    "bf16-twice-a-feature": (3, _bf16(cpu_features=["avx2", "avx2"]), 'cpu_features is ["avx2", "avx2"]'),
+    "bf16-feature-not-a-name": (3, _bf16(cpu_features=["avx 2"]), 'cpu_features is ["avx 2"]'),
+    "bf16-feature-not-text": (3, _bf16(cpu_features=[1]), "cpu_features is [1]"),
+    "bf16-features-not-a-list": (3, _bf16(cpu_features=5), "environment.cpu_features is 5 (cpu_features: a list)"),
+    "torch-not-text": (3, _bf16(cpu_features=["avx2"], torch=2), "environment.torch is 2 (torch: text)"),
+    "bf16-on-cuda": (
+        3,
+        _bf16(cpu_features=["avx2"], device="cuda", gpu="NVIDIA H200", cuda=None, cudnn=None),
+        'environment.device is "cuda" (device: cpu or cuda, cpu for bf16)',
+    ),
+}
 
 
 @pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
@@ -480,7 +584,10 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     what the format allows: one line, exit non-zero, nothing written, nothing allocated."""
     version, change, fragment = HOSTILE[case]
     header, payload = read_header(online_blob)
-    text = change(dataclasses.asdict(header))
+    fields = dataclasses.asdict(header)
+    if version < 3:
+        del fields["precision"]  # a key of version 3 only
+    text = change(fields)
     text = text if isinstance(text, bytes) else json.dumps(text).encode()
     packed, out = tmp_path / "hostile.shz", tmp_path / "out"
     packed.write_bytes(compression._frame(text, version) + payload)

@@ -350,6 +350,7 @@ def compress_file(
     settings: Sequence[str] = (),
     streams: int = 8,
     device: str = "cpu",
+    precision: str = "fp32",
     force: bool = False,
     quiet: bool = False,
 ) -> Coding:
@@ -363,6 +364,9 @@ def compress_file(
         streams: contiguous pieces coded side by side.
         device: ``cpu`` or ``cuda[:N]``: a file coded on CUDA decodes only on the same GPU
             type with the same library versions.
+        precision: ``fp32``, or ``bf16``: the products in bfloat16, on a CPU with bf16
+            instructions; the file then decodes only on a CPU with the same features
+            (:func:`sharnn.compress.cpu_features`).
         force: replace ``dest`` if it is a file or a symbolic link (the link, never its target).
         quiet: show no progress on standard error.
 
@@ -371,8 +375,9 @@ def compress_file(
 
     Raises:
         ConfigError: neither or both of ``model`` and ``online``; ``settings`` without
-            ``online``; a ``dest`` that exists (without ``force``), is the input or a folder,
-            or whose folder does not exist. DataError: an unreadable ``source``.
+            ``online``; a precision :func:`sharnn.compress.compress` refuses; a ``dest``
+            that exists (without ``force``), is the input or a folder, or whose folder
+            does not exist. DataError: an unreadable ``source``.
         CheckpointError: as :func:`load`.
     """
     if online == (model is not None):
@@ -390,7 +395,7 @@ def compress_file(
             predictor, config = load_model(model, device=target)[0], None
         started = time.perf_counter()
         with ProgressDisplay("compress", enabled=not quiet) as progress:
-            blob = encode(data, predictor, streams=streams, online=config, progress=progress)
+            blob = encode(data, predictor, streams=streams, online=config, progress=progress, precision=precision)
         _write_output(dest, blob)
         seconds = time.perf_counter() - started
     return Coding(len(data), len(blob), seconds, read_header(blob, str(dest))[0], compressed=True)
@@ -412,7 +417,8 @@ def decompress_file(
         DataError: a file that is not sharnn's, is corrupt, or decodes to other bytes.
         CheckpointError: a model-mode file without its model or with another one.
         ConfigError: as :func:`compress_file` for ``dest``; an online file given a model; a
-            file coded on CUDA, on a machine without it.
+            file coded on CUDA, on a machine without it; a bf16 file coded on a CPU of
+            other features (before the model is loaded).
     """
     source, dest = Path(source), Path(dest)
     with _destination(source, dest, force):

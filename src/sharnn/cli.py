@@ -219,10 +219,18 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     show_default=True,
     help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.",
 )
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="bf16: the model's products in bfloat16 on a CPU with bf16 instructions, faster and a little larger; "
+    "the file decodes only on a CPU with the same features.",
+)
 @console.force_dest_option
 @console.quiet_option
 @click.argument("overrides", nargs=-1)
-def compress(source, dest, model_path, online, streams, device, force, quiet, overrides):
+def compress(source, dest, model_path, online, streams, device, precision, force, quiet, overrides):
     """Compress SOURCE to DEST (`-`: standard input or output) with a model, exactly
     invertible by `sharnn decompress` (docs/compression.md)."""
     done = sharnn.compress_file(
@@ -233,6 +241,7 @@ def compress(source, dest, model_path, online, streams, device, force, quiet, ov
         settings=overrides,
         streams=streams,
         device=device,
+        precision=precision,
         force=force,
         quiet=quiet,
     )

@@ -25,6 +25,11 @@ both sides. The file records what the result depends on; decompression checks a 
 of the header, of the payload and of every stream's decoded bytes, and writes nothing
 unless all of them match.
 
+With ``precision="bf16"`` (an SHA-RNN on a CPU with bf16 instructions) the step multiplies
+in bfloat16 (:class:`sharnn.inference.Step`): faster, a little less exact. The header
+records the CPU features that arithmetic depends on (:func:`cpu_features`), and a bf16
+file is decoded only on a CPU with the same ones.
+
 When the coded file would be larger than the input stored raw (incompressible input, or
 input the model predicts badly), :func:`compress` stores the input raw instead: the file's
 header says ``storage: "stored"``, and such a file decodes without the model.
@@ -42,6 +47,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 
 import constriction
 import numpy as np
@@ -49,7 +55,7 @@ import torch
 
 from .config import TrainConfig, load_config
 from .errors import CheckpointError, ConfigError, DataError
-from .inference import Step
+from .inference import PRECISIONS, Step
 from .model import SHARNN
 from .pretrained import update_weights_digest
 from .progress import ProgressDisplay
@@ -67,11 +73,20 @@ MAX_ONLINE_PARAMETERS = 100_000_000  # online models larger than this are refuse
 # so it costs >= 2.2e-5 bits: a payload of P bits codes fewer than 2**16 * P bytes.
 _BYTES_PER_PAYLOAD_BIT = 2**16
 _MAX_THREADS = 1024
+_MAX_FEATURES = 16  # names in a header's environment.cpu_features
 START_BYTE = 10  # every stream starts after a newline
 _FAMILY = constriction.stream.model.Categorical(perfect=False)
 _PREFIX = struct.Struct("<8sHI")  # magic, format version, header length
 _CRC = struct.Struct("<I")
 _PROGRESS_EVERY = 256  # positions between progress updates
+
+# The CPU features bf16 products depend on, as /proc/cpuinfo names them: those that decide
+# which kernel oneDNN (and torch's choice of it) runs for a bf16 matrix product: AVX2 and
+# AVX-512 (conversion and emulation), AVX-512 BF16 and AVX-NE-CONVERT (bf16 instructions),
+# AVX-512 FP16 (a higher oneDNN level, recorded to be safe), AMX (tiles, their bf16 products).
+BF16_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx_ne_convert", "amx_tile", "amx_bf16")
+BF16_PRODUCTS = ("avx512_bf16", "amx_bf16")  # a CPU with one of them multiplies in bf16
+_CPUINFO = Path("/proc/cpuinfo")
 
 # Online mode's default settings: the tiny preset's model at a quarter of its width,
 # learning from windows of 16 positions at a constant rate: on a CPU, fewer and cheaper
@@ -103,6 +118,8 @@ class Header:
             payload is the input itself, ``streams`` 0; the model is not needed to decode).
         coded_bytes: for a stored file, the size in bytes the coded file would have had;
             None for a coded file.
+        precision: ``"fp32"`` or ``"bf16"``, the step's (:class:`~sharnn.inference.Step`);
+            a key of version 3 only (files of versions 1 and 2 read as ``"fp32"``).
     """
 
     mode: str
@@ -117,11 +134,12 @@ class Header:
     tokenizer: str = "bytes"
     storage: str = "coded"
     coded_bytes: int | None = None
+    precision: str = "fp32"
 
 
-_V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {"storage", "coded_bytes"}
+_V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {"storage", "coded_bytes", "precision"}
 _V2_KEYS = _V1_KEYS | {"storage", "coded_bytes"}
-_KEYS = {1: _V1_KEYS, 2: _V2_KEYS, 3: _V2_KEYS}  # the exact keys of each version
+_KEYS = {1: _V1_KEYS, 2: _V2_KEYS, 3: _V2_KEYS | {"precision"}}  # the exact keys of each version
 
 
 def model_sha256(model: SHARNN) -> str:
@@ -132,16 +150,19 @@ def model_sha256(model: SHARNN) -> str:
     return digest.hexdigest()
 
 
-def environment(device: torch.device) -> dict:
+def environment(device: torch.device, precision: str = "fp32") -> dict:
     """What the model's arithmetic depends on besides its weights: the device, the torch
     version, the CPU's vector capability and torch's thread count; on CUDA also the GPU's
-    name and the CUDA and cuDNN versions."""
+    name and the CUDA and cuDNN versions; for precision bf16 also the CPU's
+    :func:`cpu_features` (key ``cpu_features``)."""
     env = {
         "device": device.type,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
+    if precision == "bf16":
+        env["cpu_features"] = cpu_features()
     if device.type == "cuda":
         env |= {
             "gpu": torch.cuda.get_device_name(device),
@@ -149,6 +170,21 @@ def environment(device: torch.device) -> dict:
             "cudnn": torch.backends.cudnn.version(),
         }
     return env
+
+
+def cpu_features() -> list[str]:
+    """The :data:`BF16_FEATURES` this CPU has, in that order, from the ``flags`` of
+    /proc/cpuinfo (Linux on x86); elsewhere ``[torch.backends.cpu.get_cpu_capability()]``
+    (e.g. ``["AVX2"]``), which names no bf16 instructions."""
+    try:
+        lines = _CPUINFO.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    fields = (line.partition(":") for line in lines)
+    flags = next((value.split() for key, _, value in fields if key.strip() == "flags"), None)
+    if flags is None:
+        return [torch.backends.cpu.get_cpu_capability()]
+    return [feature for feature in BF16_FEATURES if feature in flags]
 
 
 def online_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -192,6 +228,7 @@ def compress(
     streams: int = 8,
     online: TrainConfig | None = None,
     progress: ProgressDisplay | None = None,
+    precision: str = "fp32",
 ) -> bytes:
     """Compress ``data``.
 
@@ -202,6 +239,9 @@ def compress(
         streams: ``B``, the number of contiguous pieces coded side by side.
         online: online mode's settings (None: model mode).
         progress: shows the fraction coded and the bits per byte so far.
+        precision: ``"fp32"``, or ``"bf16"``: the step's products in bfloat16 (an SHA-RNN
+            on a CPU with bf16 instructions, :data:`BF16_PRODUCTS`), its file decoded
+            only on a CPU of the same :func:`cpu_features`.
 
     Returns:
         The compressed file's bytes: a header (format version :func:`written_version`:
@@ -211,9 +251,11 @@ def compress(
         ``len(data)`` plus the header.
 
     Raises:
-        ConfigError: ``streams`` < 1, or a model that is not byte-level.
+        ConfigError: ``streams`` < 1, a model that is not byte-level, a precision other
+            than fp32 and bf16, or bf16 for a Transformer, off the CPU or on a CPU
+            without bf16 instructions.
     """
-    header, payload = _code(data, model, streams=streams, online=online, progress=progress)
+    header, payload = _code(data, model, streams=streams, online=online, progress=progress, precision=precision)
     version = written_version(model)
     coded = _pack(header, version) + payload
     stored = (
@@ -235,12 +277,19 @@ def compress(
 
 
 def _code(
-    data: bytes, model: SHARNN, *, streams: int, online: TrainConfig | None, progress: ProgressDisplay | None
+    data: bytes,
+    model: SHARNN,
+    *,
+    streams: int,
+    online: TrainConfig | None,
+    progress: ProgressDisplay | None,
+    precision: str = "fp32",
 ) -> tuple[Header, bytes]:
     """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
     if streams < 1:
         raise ConfigError(f"streams must be >= 1, got {streams}")
     _check_byte_model(model)
+    _check_precision(model, precision)
     lengths = stream_lengths(len(data), streams)
     grid = _to_grid(np.frombuffer(data, dtype=np.uint8), lengths)
     fingerprint = model_sha256(model)
@@ -253,7 +302,7 @@ def _code(
             progress.update(bpc=f"{encoder.num_bits() / max(t * len(lengths), 1):.4f}")
         return symbols
 
-    _walk(model, lengths, code, online, progress, written_version(model))
+    _walk(model, lengths, code, online, progress, written_version(model), precision)
     payload = encoder.get_compressed().astype("<u4").tobytes()
     starts = np.cumsum([0, *lengths])
     header = Header(
@@ -264,10 +313,29 @@ def _code(
         stream_crc32=[zlib.crc32(data[a:b]) for a, b in pairwise(starts)],
         payload_bytes=len(payload),
         payload_crc32=zlib.crc32(payload),
-        environment=environment(_device(model)),
+        environment=environment(_device(model), precision),
         online=None if online is None else _online_settings(online),
+        precision=precision,
     )
     return header, payload
+
+
+def _check_precision(model: SHARNN, precision: str) -> None:
+    """Raise :class:`ConfigError` for a precision :func:`compress` cannot code with."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be {' or '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return
+    if written_version(model) != FORMAT_VERSION:
+        raise ConfigError(f"precision bf16 runs the SHA-RNN's inference step; a {type(model).__name__} codes in fp32")
+    if _device(model).type != "cpu":
+        raise ConfigError(f"precision bf16 runs on the CPU, not on {_device(model).type}: use fp32 there")
+    features = cpu_features()
+    if not set(BF16_PRODUCTS) & set(features):
+        raise ConfigError(
+            f"precision bf16 needs a CPU with bf16 instructions ({' or '.join(BF16_PRODUCTS)}); this one has "
+            f"{' '.join(features) or 'none of ' + ', '.join(BF16_FEATURES)}: use fp32"
+        )
 
 
 def written_version(model: SHARNN) -> int:
@@ -341,11 +409,13 @@ def decompress(
             bytes whose CRC32 differs (another model, machine or library version), or
             one whose decoding needs more memory than this machine has.
         CheckpointError: a model-mode file without its model, or with another model.
-        ConfigError: an online file given a model.
+        ConfigError: an online file given a model; a bf16 file coded on a CPU of other
+            :func:`cpu_features` (before anything is decoded).
     """
     version, header, payload = _split(blob, name)
     if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
         return payload
+    check_cpu_features(header, name)
     model, online = _decoding_model(header, model, name)
     if not header.length:
         return b""
@@ -357,8 +427,10 @@ def decompress(
 
     try:
         with torch_threads(header.environment["threads"]):
-            grid = _walk(model, lengths, code, online, progress, version)
-    except (ValueError, RuntimeError) as e:  # constriction's "out of data" on a payload that ends early
+            grid = _walk(model, lengths, code, online, progress, version, header.precision)
+    except (ValueError, RuntimeError, AssertionError) as e:
+        # constriction's "out of data" on a payload that ends early, or its AssertionError on
+        # data invalid under the model (probabilities that differ from the encoder's)
         raise DataError(f"{name} does not decode: {e}") from None
     except MemoryError:
         raise DataError(
@@ -400,12 +472,33 @@ def _decoding_model(header: Header, model: SHARNN | None, name: str) -> tuple[SH
     return model, online
 
 
+def check_cpu_features(header: Header, name: str = "input") -> None:
+    """Refuse a bf16 file coded on a CPU whose :func:`cpu_features` differ from this one's:
+    its products would round otherwise, and decode to other bytes. An fp32 file passes.
+
+    Raises:
+        ConfigError: one line naming the features that differ.
+    """
+    if header.precision != "bf16":
+        return
+    here, there = cpu_features(), header.environment["cpu_features"]
+    lacks, extra = [f for f in there if f not in here], [f for f in here if f not in there]
+    if lacks or extra:
+        differs = [f"lacks {' '.join(lacks)}"] * bool(lacks) + [f"also has {' '.join(extra)}"] * bool(extra)
+        raise ConfigError(
+            f"{name} was compressed in bf16 on a CPU with {' '.join(there)}; this CPU {' and '.join(differs)}: "
+            "decompress it on a CPU with the same features"
+        )
+
+
 def coding_device(header: Header, name: str = "input") -> torch.device:
     """The device a file decodes on: the kind it was coded on (``cpu`` or ``cuda``).
 
     Raises:
-        ConfigError: a file coded on CUDA, on a machine without it.
+        ConfigError: a file coded on CUDA, on a machine without it; a bf16 file coded on
+            a CPU of other features (:func:`check_cpu_features`).
     """
+    check_cpu_features(header, name)
     if header.environment["device"] == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
             f"{name} was compressed on CUDA ({header.environment.get('gpu')}): decompress it on a "
@@ -436,16 +529,17 @@ def _walk(
     online: TrainConfig | None,
     progress: ProgressDisplay | None,
     version: int,
+    precision: str,
 ) -> np.ndarray:
     """Walk the streams in lockstep, one position at a time, for both directions.
 
     At position ``t`` the model reads the previous byte of every stream (``[B]``) and
     ``code(t, probs)`` codes the bytes of the ``k`` streams still running (``probs``:
     ``[k, 256]`` float64), returning them. The model computes each position as files of
-    format ``version`` were coded: by the inference step (:data:`FORMAT_VERSION`), or by
-    its forward on ``[1, B]`` (:data:`FORWARD_VERSIONS`). In online mode, every ``bptt``
-    positions the model takes one optimizer step on the window just coded, and the step
-    is prepared again from the new weights, before coding on. ``progress`` is given the
+    format ``version`` were coded: by the inference step (:data:`FORMAT_VERSION`) in
+    ``precision``, or by its forward on ``[1, B]`` (:data:`FORWARD_VERSIONS`). In online
+    mode, every ``bptt`` positions the model takes one optimizer step on the window just
+    coded, and the step is prepared again from the new weights, before coding on. ``progress`` is given the
     fraction of positions done.
 
     Returns:
@@ -463,7 +557,7 @@ def _walk(
     model.eval()
     if not rows:  # an empty file: no position to compute
         return grid[1:].astype(np.uint8)
-    position = Step(model, len(lengths), rows) if version == FORMAT_VERSION else _Forward(model)
+    position = Step(model, len(lengths), rows, precision) if version == FORMAT_VERSION else _Forward(model)
     for t in range(rows):
         if learner is not None and t > 0 and t % online.bptt == 0:
             learner.learn(torch.from_numpy(grid[t - online.bptt : t + 1]).to(device))
@@ -541,7 +635,7 @@ def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: s
     pieces = [grid[:n, b].tobytes() for b, n in enumerate(lengths)]
     bad = [b for b, piece in enumerate(pieces) if zlib.crc32(piece) != header.stream_crc32[b]]
     if bad:
-        here, there = environment(device), header.environment
+        here, there = environment(device, header.precision), header.environment
         differs = [f"{k} {there[k]} (here {here.get(k)})" for k in there if k != "threads" and there[k] != here.get(k)]
         hint = f"; it was compressed with {', '.join(differs)}" if differs else ""
         raise DataError(
@@ -552,8 +646,9 @@ def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: s
 
 
 def _pack(header: Header, version: int = FORMAT_VERSION) -> bytes:
-    """A version-``version`` file's header: prefix, JSON and its CRC32."""
-    return _frame(json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode(), version)
+    """A version-``version`` file's header (the keys of that version): prefix, JSON and its CRC32."""
+    fields = {key: value for key, value in dataclasses.asdict(header).items() if key in _KEYS[version]}
+    return _frame(json.dumps(fields, separators=(",", ":")).encode(), version)
 
 
 def _frame(text: bytes, version: int) -> bytes:
@@ -603,6 +698,7 @@ _FIELDS = {  # key: (valid?, what it must be)
     "tokenizer": (lambda v: v == "bytes", '"bytes"'),
     "storage": (lambda v: v in ("coded", "stored"), '"coded" or "stored"'),
     "coded_bytes": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
+    "precision": (lambda v: v in PRECISIONS, " or ".join(f'"{p}"' for p in PRECISIONS)),
 }
 
 
@@ -626,7 +722,7 @@ def _check_header(fields: object, version: int, name: str) -> Header:
                 f"{shown if len(shown) <= 40 else shown[:37] + '...'}, not {expected}"
             )
     header = Header(**fields)
-    for problem in (_environment_problem(header.environment), _layout_problem(header)):
+    for problem in (_environment_problem(header.environment, header.precision), _layout_problem(header)):
         if problem:
             raise DataError(f"{name} is corrupt: its header's {problem}")
     if header.online is not None:
@@ -634,29 +730,42 @@ def _check_header(fields: object, version: int, name: str) -> Header:
     return header
 
 
-def _environment_problem(env: dict) -> str | None:
-    """What is wrong with a header's ``environment`` (:func:`environment`), or None."""
+def _environment_problem(env: dict, precision: str) -> str | None:
+    """What is wrong with a header's ``environment`` (:func:`environment` of ``precision``), or None."""
     text, number, maybe = (str,), (int,), type(None)
     kinds = {"device": text, "torch": text, "threads": number, "cpu_capability": text}
     if env.get("device") == "cuda":
         kinds |= {"gpu": text, "cuda": (str, maybe), "cudnn": (int, maybe)}
+    if precision == "bf16":
+        kinds |= {"cpu_features": (list,)}
     if env.keys() != kinds.keys():
         return f"environment has keys {', '.join(sorted(env))}, not {', '.join(sorted(kinds))}"
+    devices = ("cpu",) if precision == "bf16" else ("cpu", "cuda")
+    rules = {  # key: (valid?, what it must be), checked once every key has its type
+        "device": (lambda v: v in devices, "device: cpu or cuda, cpu for bf16"),
+        "threads": (lambda v: 1 <= v <= _MAX_THREADS, f"threads: 1 to {_MAX_THREADS}"),
+        "cpu_features": (_is_feature_list, f"cpu_features: 1 to {_MAX_FEATURES} distinct names"),
+    }
     wrong = [key for key, allowed in kinds.items() if type(env[key]) not in allowed]
-    wrong = wrong or [
-        key
-        for key, valid in (
-            ("device", env["device"] in ("cpu", "cuda")),
-            ("threads", 1 <= env["threads"] <= _MAX_THREADS),
-        )
-        if not valid
-    ]
-    if wrong:
-        return (
-            f"environment.{wrong[0]} is {json.dumps(env[wrong[0]])[:40]} (device: cpu or cuda; threads: 1 to "
-            f"{_MAX_THREADS})"
-        )
-    return None
+    wrong = wrong or [key for key, (valid, _) in rules.items() if key in env and not valid(env[key])]
+    if not wrong:
+        return None
+    key, names = wrong[0], {str: "text", int: "an integer", list: "a list", maybe: "null"}
+    shown = json.dumps(env[key])
+    if type(env[key]) in kinds[key]:  # of its type, against its rule
+        expected = rules[key][1]
+    else:
+        expected = f"{key}: {' or '.join(names[kind] for kind in kinds[key])}"
+    return f"environment.{key} is {shown if len(shown) <= 40 else shown[:37] + '...'} ({expected})"
+
+
+def _is_feature_list(value: list) -> bool:
+    """A header's ``cpu_features``: 1 to :data:`_MAX_FEATURES` distinct names of letters, digits and ``_``."""
+    return (
+        0 < len(value) <= _MAX_FEATURES
+        and all(type(f) is str and re.fullmatch("[A-Za-z0-9_]{1,32}", f) for f in value)
+        and len(set(value)) == len(value)
+    )
 
 
 def _layout_problem(header: Header) -> str | None:

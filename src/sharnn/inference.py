@@ -22,6 +22,14 @@ mode: no dropout), with what is constant at inference prepared once from the wei
 Its probabilities agree with ``model(...)``'s up to rounding (within 1e-6: sums run in
 another order). Both sides of a compressed file's round trip run the step, so their
 probabilities are bitwise equal on one kind of machine with one thread count.
+
+With ``precision="bf16"`` the matrices of the products (the gate products, the query's,
+the Boom's or MLP's, the output projection) and the memory ring are held in bfloat16 and
+multiplied in bfloat16 (oneDNN on a CPU), their results rounded to bfloat16 and widened
+to float32; the table, the biases, the nonlinearities, the LayerNorms, the attention's
+softmax, the cell state and the logits stay float32. It is as deterministic as fp32 on
+one kind of machine with one thread count, and approximates the model instead of
+computing it (docs/compression.md, "Precision").
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from .errors import ConfigError
 from .model import SHARNN, Block, LayerNormLSTM, State, gelu
 
 TABLE_MAX_ROWS = 256  # a larger vocabulary gathers its embeddings instead: its table would cost more than it saves
+PRECISIONS = ("fp32", "bf16")  # fp32: the products in the parameters' dtype; bf16: in bfloat16
 
 
 class Step:
@@ -53,32 +62,38 @@ class Step:
             :meth:`load_state` included (None: no limit). The memory holds
             ``min(attention_span, positions)`` positions, so a short input allocates
             no more than it needs.
+        precision: ``"fp32"`` (the model's function), or ``"bf16"``: the products'
+            matrices in bfloat16, everything else in float32 (the module's docstring).
 
     Attributes:
         position: positions run, the loaded state's memory included.
         lstm: per block, the LSTM state ``(h, c)``, each ``[B, d]``.
         memory: per block, the ring ``[B, R, d]`` (``R = min(attention_span,
-            positions)``) of ``LN_mem`` outputs, position ``p`` in slot ``p % R``; None
-            for blocks without attention.
+            positions)``) of ``LN_mem`` outputs, position ``p`` in slot ``p % R``, in
+            bfloat16 for precision bf16; None for blocks without attention.
 
     Raises:
-        ConfigError: a model that is not an SHA-RNN (a Transformer), or ``streams`` < 1.
+        ConfigError: a model that is not an SHA-RNN (a Transformer), ``streams`` < 1, or
+            a precision other than fp32 and bf16.
     """
 
-    def __init__(self, model: SHARNN, streams: int, positions: int | None = None):
+    def __init__(self, model: SHARNN, streams: int, positions: int | None = None, precision: str = "fp32"):
         if not isinstance(model, SHARNN):
             raise ConfigError(f"the inference step runs an SHA-RNN, not a {type(model).__name__}")
         if streams < 1:
             raise ConfigError(f"streams must be >= 1, got {streams}")
+        if precision not in PRECISIONS:
+            raise ConfigError(f"precision must be {' or '.join(PRECISIONS)}, got {precision!r}")
         self.model, self.streams = model, streams
+        self.dtype = torch.bfloat16 if precision == "bf16" else model.embedding.weight.dtype  # the products'
         self.limit = positions
         span = model.config.attention_span
         self.slots = span if positions is None else max(1, min(span, positions))
-        weight = model.embedding.weight
+        weight, d = model.embedding.weight, model.config.d_model
         self.position = 0
-        self.lstm = [tuple(weight.new_zeros(streams, weight.shape[1]) for _ in "hc") for _ in model.blocks]
+        self.lstm = [tuple(weight.new_zeros(streams, d) for _ in "hc") for _ in model.blocks]
         self.memory = [
-            None if block.attention is None else weight.new_zeros(streams, self.slots, weight.shape[1])
+            None if block.attention is None else weight.new_zeros(streams, self.slots, d, dtype=self.dtype)
             for block in model.blocks
         ]
         self.refresh()
@@ -90,8 +105,10 @@ class Step:
         model = self.model
         table = model.config.vocab_size <= TABLE_MAX_ROWS
         self.blocks = [
-            _Block(block, model.embedding.weight if table and i == 0 else None) for i, block in enumerate(model.blocks)
+            _Block(block, model.embedding.weight if table and i == 0 else None, self.dtype)
+            for i, block in enumerate(model.blocks)
         ]
+        self.output_weight = model.embedding.weight.to(self.dtype)  # in fp32 the weight itself, not a copy
 
     @torch.no_grad()
     def load_state(self, state: State) -> None:
@@ -133,14 +150,26 @@ class Step:
             u = self.lstm[i][0]  # the LSTM's output is its h
             x = block.feed_forward(u if self.memory[i] is None else block.attend(u, self.memory[i], slot, filled))
         self.position += 1
-        return F.linear(x, self.model.embedding.weight, self.model.output_bias)
+        return _linear(x, self.output_weight, self.model.output_bias)
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight^T + bias`` for ``x [B, k]``, ``weight [n, k]`` and ``bias`` (``[n]`` or
+    ``[B, n]``, or None): ``[B, n]`` in ``x``'s dtype (the parameters'). A bfloat16
+    ``weight`` multiplies ``x`` rounded to bfloat16, its result rounded to bfloat16, then
+    widened and the bias added in float32."""
+    if weight.dtype == x.dtype:
+        return F.linear(x, weight, bias)
+    product = F.linear(x.to(weight.dtype), weight)
+    return product.to(x.dtype) if bias is None else bias.add(product)
 
 
 class _Block:
     """One block's weights as the step computes with them, prepared from ``block``; with
-    ``embedding`` (``[V, d]``, block 0's input), its input-to-gates table."""
+    ``embedding`` (``[V, d]``, block 0's input), its input-to-gates table (float32). The
+    matrices of the products are then held in ``dtype``."""
 
-    def __init__(self, block: Block, embedding: Tensor | None):
+    def __init__(self, block: Block, embedding: Tensor | None, dtype: torch.dtype):
         self.block = block
         self.ln_lstm = isinstance(block.lstm, LayerNormLSTM)
         self._prepare_recurrence()
@@ -148,6 +177,9 @@ class _Block:
         if block.attention is not None:
             self._prepare_attention()
         self._prepare_feed_forward()
+        for name in ("w_ih", "w_hh", "w_fused", "query_weight", "up_weight", "down_weight"):
+            if hasattr(self, name):
+                setattr(self, name, getattr(self, name).to(dtype))
 
     def _prepare_recurrence(self) -> None:
         """The gate weights in the order ``f, i, o, g`` (the LN-LSTM's; ``nn.LSTM``'s rows
@@ -169,8 +201,8 @@ class _Block:
         """The gates' part from the block's input ``x [N, d]``, the bias included: ``[N, 4d]``."""
         normed = self.block.ln_start(x)
         if self.ln_lstm:
-            return self.block.lstm.ln_ih(F.linear(normed, self.w_ih)) + self.bias
-        return F.linear(normed, self.w_ih, self.bias)
+            return self.block.lstm.ln_ih(_linear(normed, self.w_ih)) + self.bias
+        return _linear(normed, self.w_ih, self.bias)
 
     def recurrence(self, x: Tensor | None, tokens: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         """The LSTM (or LN-LSTM) of one position: input ``x [B, d]`` (None in a block with
@@ -186,11 +218,11 @@ class _Block:
     def _gates(self, x: Tensor | None, tokens: Tensor, h: Tensor) -> Tensor:
         """The gates' pre-activations ``[B, 4d]``: from the table or the input, and from ``h``."""
         if self.table is None and not self.ln_lstm:  # the two products as one
-            return F.linear(torch.cat([self.block.ln_start(x), h], dim=1), self.w_fused, self.bias)
+            return _linear(torch.cat([self.block.ln_start(x), h], dim=1), self.w_fused, self.bias)
         from_input = self._from_input(x) if self.table is None else self.table.index_select(0, tokens)
         if self.ln_lstm:
-            return self.block.lstm.ln_hh(F.linear(h, self.w_hh)).add_(from_input)
-        return torch.addmm(from_input, h, self.w_hh.t())
+            return self.block.lstm.ln_hh(_linear(h, self.w_hh)).add_(from_input)
+        return _linear(h, self.w_hh, from_input)
 
     def _prepare_attention(self) -> None:
         """The value gate's constant; the query's gates and ``1/sqrt(d)`` in ``ln_query``'s gain and bias."""
@@ -198,6 +230,7 @@ class _Block:
         self.value_gate = head.value_gate_vector()
         scale = torch.sigmoid(head.gate_q) * torch.sigmoid(head.gate_k) * head.scale
         self.query_gain, self.query_bias = head.ln_query.weight * scale, head.ln_query.bias * scale
+        self.query_weight = head.query.weight
 
     def attend(self, u: Tensor, ring: Tensor, slot: int, filled: int) -> Tensor:
         """``y = LN_mid(u) + Attn(LN_mid(u), memory)`` for ``u [B, d]``: ``LN_mem(u)``
@@ -207,15 +240,16 @@ class _Block:
         ring[:, slot] = sublayer.ln_mem(u)
         r = sublayer.ln_mid(u)
         query = F.layer_norm(
-            F.linear(r, sublayer.head.query.weight, sublayer.head.query.bias),
+            _linear(r, self.query_weight, sublayer.head.query.bias),
             r.shape[1:],
             self.query_gain,
             self.query_bias,
             sublayer.head.ln_query.eps,
         )
-        memory = ring[:, :filled]  # [B, n, d]
-        probs = torch.softmax(torch.bmm(memory, query.unsqueeze(2)), dim=1)  # [B, n, 1]
-        return torch.addcmul(r, self.value_gate, torch.bmm(probs.transpose(1, 2), memory).squeeze(1))
+        memory = ring[:, :filled]  # [B, n, d], in the ring's dtype (bf16 for precision bf16)
+        scores = torch.bmm(memory, query.unsqueeze(2).to(ring.dtype)).to(r.dtype)
+        probs = torch.softmax(scores, dim=1).to(ring.dtype)  # [B, n, 1]
+        return torch.addcmul(r, self.value_gate, torch.bmm(probs.transpose(1, 2), memory).squeeze(1).to(r.dtype))
 
     def _prepare_feed_forward(self) -> None:
         """``LN_xff``'s gain and bias folded into the first product (``up``: the Boom's or the MLP's)."""
@@ -223,12 +257,18 @@ class _Block:
         up = ff.boom.linear if ff.mlp is None else ff.mlp.up
         self.up_weight = up.weight * ff.ln_xff.weight
         self.up_bias = F.linear(ff.ln_xff.bias, up.weight, up.bias)
+        if ff.mlp is not None:
+            self.down_weight = ff.mlp.down.weight
 
     def feed_forward(self, y: Tensor) -> Tensor:
         """``z = LN_ff(y) + Boom(LN_xff(y))`` (or the MLP) for ``y [B, d]``, one normalisation
         of ``y`` shared by both LayerNorms. Returns ``z [B, d]``."""
         ff = self.block.feed_forward
         normed = F.layer_norm(y, y.shape[1:], eps=ff.ln_ff.eps)
-        hidden = gelu(F.linear(normed, self.up_weight, self.up_bias))
-        inner = hidden.unflatten(-1, (-1, y.shape[1])).sum(-2) if ff.mlp is None else ff.mlp.down(hidden)
+        hidden = gelu(_linear(normed, self.up_weight, self.up_bias))
+        inner = (
+            hidden.unflatten(-1, (-1, y.shape[1])).sum(-2)
+            if ff.mlp is None
+            else _linear(hidden, self.down_weight, ff.mlp.down.bias)
+        )
         return torch.addcmul(ff.ln_ff.bias, normed, ff.ln_ff.weight).add_(inner)
