@@ -21,6 +21,20 @@ builds it). The sharnn rows run once each (they are long and deterministic);
 the baselines take the median of 3 repeats. Everything runs on CPU, with torch's
 thread count as set by ``OMP_NUM_THREADS``.
 
+Per position (with ``--model``, an SHA-RNN; :func:`measure_positions`): for every ``B`` of
+``--batch``, the milliseconds one position of ``B`` streams takes, on one thread
+(``torch.set_num_threads(1)`` for the section), the median of ``--repeats`` runs of
+``--positions`` positions, after the attention memory has filled (``attention_span``
+positions, untimed): ``forward``, the model's forward on a ``[1, B]`` window carrying its
+state, what files of versions 1 and 2 decode with; ``step fp32`` and ``step bf16``,
+:class:`sharnn.inference.Step`, what version 3 codes with (bf16 skipped with a note on a
+CPU without bf16 instructions); ``generate``, one token of ``sharnn.generate.generate``
+(the step, then sampling; no I/O); ``floor``, the bare work of the same shapes at batch
+``B``: ``n_layers`` ``torch.lstm_cell`` steps, as many Boom up-projections (``F.linear``,
+``d`` to ``boom_dim``) and the output projection (``F.linear``, ``d`` to ``V``). Each row
+gives bytes per second (``B`` / time) and its ratio to the floor; the targets of the
+step (issue 22) are judged against the floor.
+
 Files (``--files``): ``enwik8-head-test``, the test split of the bundled corpus (the last
 5%); ``enwik8-head``, the whole bundled file; ``wikitext2-test``, WikiText-2's raw test
 text (``--wikitext``; skipped with a note when absent). ``--limit N`` keeps each file's
@@ -28,6 +42,7 @@ first N bytes.
 
     python benchmarks/compressors.py --model runs/enwik8 --streams 1 8 32 --no-online
     python benchmarks/compressors.py --files enwik8-head-test --limit 20000 bptt=64
+    python benchmarks/compressors.py --files enwik8-head-test --model runs/tiny --streams 8 32 --batch 1 8 32 128
 """
 
 from __future__ import annotations
@@ -43,13 +58,38 @@ from pathlib import Path
 
 import matplotlib
 import torch
+import torch.nn.functional as F
 import zstandard
 
-from common import environment, enwik8_head, parse_args_with_overrides, print_table, write_json
+from common import (
+    environment,
+    enwik8_head,
+    judge,
+    median,
+    parse_args_with_overrides,
+    print_table,
+    print_targets,
+    time_repeats,
+    write_json,
+)
+from sharnn import SHARNN
 from sharnn.checkpoint import load_model
-from sharnn.compress import compress, decompress, online_config, online_model, read_header
+from sharnn.compress import (
+    BF16_PRODUCTS,
+    _Forward,  # how files of versions 1 and 2 decode: the model's forward on [1, B]
+    compress,
+    cpu_features,
+    decompress,
+    environment as coding_environment,
+    online_config,
+    online_model,
+    read_header,
+    torch_threads,
+)
 from sharnn.data import bundled_wikitext2, load_corpus
 from sharnn.errors import SharnnError
+from sharnn.generate import generate
+from sharnn.inference import Step
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -58,6 +98,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FILES = ("enwik8-head-test", "enwik8-head", "wikitext2-test")
 WIKITEXT = bundled_wikitext2() / "test.txt.gz"
 REPEATS = 3  # of each baseline; the median is reported
+CPU = torch.device("cpu")
 
 BASELINES = {
     "gzip -9": (lambda d: gzip.compress(d, 9), gzip.decompress),
@@ -148,7 +189,166 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"wrote {path}")
 
 
-def main():
+def floor_position(model: SHARNN, streams: int):
+    """One position of the floor at batch ``streams``: ``n_layers`` ``torch.lstm_cell``
+    steps (``d`` to ``4d`` gates, the state carried), as many Boom up-projections
+    (``F.linear``, ``d`` to ``boom_dim``) and the output projection (``F.linear``, ``d`` to
+    ``V``), on seeded random fp32 weights of the model's shapes. Returns ``run(tokens)``
+    (``tokens`` unused: the floor has no embedding)."""
+    config = model.config
+    d, generator = config.d_model, torch.Generator().manual_seed(0)
+
+    def weight(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator) / shape[-1] ** 0.5
+
+    layers = [(weight(4 * d, d), weight(4 * d, d), weight(4 * d), weight(4 * d)) for _ in range(config.n_layers)]
+    boom = [(weight(config.boom_dim, d), weight(config.boom_dim)) for _ in range(config.n_layers)]
+    output = weight(config.vocab_size, d), weight(config.vocab_size)
+    x, state = weight(streams, d), [(torch.zeros(streams, d), torch.zeros(streams, d)) for _ in layers]
+
+    def run(tokens: torch.Tensor) -> torch.Tensor:
+        h = x
+        for i, (lstm, up) in enumerate(zip(layers, boom)):
+            state[i] = torch.lstm_cell(h, state[i], *lstm)
+            h = state[i][0]
+            F.linear(h, *up)
+        return F.linear(h, *output)
+
+    return run
+
+
+def generation_position(model: SHARNN, streams: int, positions: int):
+    """``run(tokens)``: the next token of :func:`sharnn.generate.generate` for ``streams``
+    streams from a prompt of one byte (``tokens`` unused: it samples its own); its first
+    call feeds the prompt and prepares the step, every later one is one position: the
+    step on the last tokens, then sampling. At most ``positions`` calls."""
+    prompt = torch.full((1, streams), 10, dtype=torch.int64)
+    samples = generate(model, prompt, positions, seed=0)
+    return lambda tokens: next(samples)
+
+
+def position_ms(run, streams: int, vocab: int, warmup: int, positions: int, repeats: int) -> float:
+    """Milliseconds of one call ``run(tokens)`` (``tokens [streams]``, seeded random ids
+    below ``vocab``): the median over ``repeats`` runs of ``positions`` calls, after
+    ``warmup`` untimed calls."""
+    generator = torch.Generator().manual_seed(0)
+    tokens = iter(torch.randint(0, vocab, (warmup + positions * repeats, streams), generator=generator))
+
+    def calls(n: int) -> None:
+        for _ in range(n):
+            run(next(tokens))
+
+    calls(warmup)
+    return 1000 * median(time_repeats(lambda: calls(positions), CPU, repeats)) / positions
+
+
+def bf16_note() -> str | None:
+    """Why the step's bf16 rows are skipped on this CPU (None: they run)."""
+    features = cpu_features()
+    if set(BF16_PRODUCTS) & set(features):
+        return None
+    return f"this CPU has no bf16 instructions ({' or '.join(BF16_PRODUCTS)}; it has {' '.join(features) or 'none'})"
+
+
+def position_paths(model: SHARNN, streams: int, calls: int, bf16: bool) -> dict:
+    """Path name -> ``run(tokens)`` of one position at batch ``streams`` (the floor first),
+    each good for ``calls`` calls."""
+    paths = {
+        "floor": floor_position(model, streams),
+        "forward": _Forward(model),
+        "step fp32": Step(model, streams),
+    }
+    if bf16:
+        paths["step bf16"] = Step(model, streams, precision="bf16")
+    paths["generate"] = generation_position(model, streams, calls)
+    return paths
+
+
+@torch.no_grad()
+def measure_positions(model: SHARNN, batches: list[int], positions: int, repeats: int) -> dict:
+    """The per-position section: every path of :func:`position_paths` at every ``B`` of
+    ``batches``, on one thread, after the attention memory filled (``attention_span``
+    positions, untimed). Returns the section's JSON (rows, targets, environment, note)."""
+    model.eval()
+    note = bf16_note()
+    warmup = model.config.attention_span + 1  # the memory full; generate's first call (the prompt) in it
+    rows = []
+    with torch_threads(1):
+        env = coding_environment(CPU, "bf16")
+        for streams in batches:
+            print(f"per position: B={streams} ...", file=sys.stderr, flush=True)
+            paths = position_paths(model, streams, warmup + positions * repeats, note is None)
+            vocab = model.config.vocab_size
+            ms = {path: position_ms(run, streams, vocab, warmup, positions, repeats) for path, run in paths.items()}
+            rows += [
+                {
+                    "batch": streams,
+                    "path": path,
+                    "ms_per_position": value,
+                    "bytes_per_s": 1000 * streams / value,
+                    "floor_ratio": value / ms["floor"],
+                }
+                for path, value in ms.items()
+            ]
+    return {
+        "environment": env,
+        "model": model_shape(model),
+        "batch": batches,
+        "positions": positions,
+        "repeats": repeats,
+        "warmup": warmup,
+        "bf16_skipped": note,
+        "rows": rows,
+        "targets": position_targets(rows),
+    }
+
+
+def model_shape(model: SHARNN) -> dict:
+    """The shapes the section's figures depend on."""
+    config = model.config
+    keys = ("d_model", "n_layers", "boom_dim", "vocab_size", "attention_span")
+    return {key: getattr(config, key) for key in keys} | {"parameters": model.num_parameters()}
+
+
+def position_targets(rows: list[dict]) -> list[dict]:
+    """Issue 22's targets for the step, judged on the rows measured (a target whose ``B``
+    or path was not measured is left out): fp32 at most 0.8x the floor at B=8 and 1.2x at
+    B=32; bf16 at most 0.8x the fp32 floor at B=32; generation within 10% of the fp32
+    step at every ``B``."""
+    ms = {(row["batch"], row["path"]): row for row in rows}
+    limits = [(8, "step fp32", 0.8), (32, "step fp32", 1.2), (32, "step bf16", 0.8)]
+    targets = [
+        judge(f"{path} B={streams} <= {limit}x fp32 floor", ms[streams, path]["floor_ratio"], limit, False, "x")
+        for streams, path, limit in limits
+        if (streams, path) in ms
+    ]
+    for streams in dict.fromkeys(row["batch"] for row in rows):
+        ratio = ms[streams, "generate"]["ms_per_position"] / ms[streams, "step fp32"]["ms_per_position"]
+        targets.append(judge(f"generate B={streams} <= 1.1x step fp32", ratio, 1.1, False, "x"))
+    return targets
+
+
+def print_positions(section: dict) -> None:
+    """The per-position table, then its targets."""
+    print(f"\nper position, one thread (median of {section['repeats']} x {section['positions']} positions):")
+    if section["bf16_skipped"]:
+        print(f"note: {section['bf16_skipped']}: no step bf16 rows")
+    print_table(
+        section["rows"],
+        [
+            ("batch", "B", ""),
+            ("path", "path", ""),
+            ("ms_per_position", "ms/position", ".3f"),
+            ("bytes_per_s", "bytes/s", ",.0f"),
+            ("floor_ratio", "x floor", ".2f"),
+        ],
+    )
+    print_targets(section["targets"], ".2f")
+
+
+def parse_arguments() -> tuple[argparse.Namespace, SHARNN | None, object]:
+    """The options, checked (a bad one is a usage error); the model of ``--model`` (None)
+    and online mode's settings (None with ``--no-online``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", nargs="+", choices=FILES, default=list(FILES))
     parser.add_argument("--limit", type=int, default=None, help="keep each file's first N bytes")
@@ -163,6 +363,11 @@ def main():
     )
     parser.add_argument("--online-streams", type=int, default=8, help="streams B of online mode")
     parser.add_argument("--no-online", action="store_true", help="skip online mode (slow on big files)")
+    parser.add_argument(
+        "--batch", nargs="+", type=int, default=[1, 8, 32, 128], help="B of the per-position section, one each"
+    )
+    parser.add_argument("--positions", type=int, default=100, help="timed positions per repeat, per position")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats per position (the median is reported)")
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/compression.json]")
     parser.add_argument("--plot", default=None, help="bar chart of bits per byte [default: the JSON's path with .png]")
     parser.add_argument(
@@ -171,8 +376,10 @@ def main():
     args = parse_args_with_overrides(parser)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
-    if min(args.streams + [args.online_streams]) < 1:
+    if min(args.streams + [args.online_streams] + args.batch) < 1:
         parser.error("streams must be at least 1")
+    if min(args.positions, args.repeats) < 1:
+        parser.error("--positions and --repeats must be at least 1")
     if args.no_online and args.overrides:
         parser.error(f"key=value settings ({args.overrides[0]}) are for online mode, not with --no-online")
     try:
@@ -180,11 +387,11 @@ def main():
         model = load_model(args.model)[0] if args.model else None
     except SharnnError as e:
         parser.error(str(e))
-    if model is None:
-        print("note: no --model: no sharnn model rows")
-    if args.no_online:
-        print("note: --no-online: no sharnn online row")
+    return args, model, settings
 
+
+def measure_files(args: argparse.Namespace, model: SHARNN | None, settings) -> tuple[dict, list[dict]]:
+    """The compressors' rows of every file of ``--files``: ``({file: bytes}, rows)``."""
     files, rows = {}, []
     for name in args.files:
         data = read_file(name, args.wikitext)
@@ -214,11 +421,22 @@ def main():
                     decompress,
                 )
             )
-    if not rows:
-        sys.exit("error: no file to measure")
     for row in rows:
         del row["_blob"]
+    return files, rows
 
+
+def main():
+    args, model, settings = parse_arguments()
+    if model is None:
+        print("note: no --model: no sharnn model rows, no per-position section")
+    elif not isinstance(model, SHARNN):
+        print(f"note: --model is a {type(model).__name__}: no per-position section (it has no inference step)")
+    if args.no_online:
+        print("note: --no-online: no sharnn online row")
+    files, rows = measure_files(args, model, settings)
+    if not rows:
+        sys.exit("error: no file to measure")
     print_table(
         rows,
         [
@@ -230,8 +448,12 @@ def main():
             ("decompress_bytes_per_s", "decompress B/s", ",.0f"),
         ],
     )
+    positions = None
+    if isinstance(model, SHARNN):
+        positions = measure_positions(model, args.batch, args.positions, args.repeats)
+        print_positions(positions)
     result = {
-        "environment": environment(torch.device("cpu")),
+        "environment": environment(CPU),
         "files": files,
         "limit": args.limit,
         "model": args.model,
@@ -239,6 +461,7 @@ def main():
         "online": None if settings is None else {"streams": args.online_streams, "overrides": args.overrides},
         "baseline_repeats": REPEATS,
         "rows": rows,
+        "per_position": positions,
     }
     target = write_json(result, "compression.json", args.json)
     plot(rows, Path(args.plot) if args.plot else target.with_suffix(".png"))
