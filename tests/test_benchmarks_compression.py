@@ -1,7 +1,9 @@
 """benchmarks/compressors.py runs as a real process on a few KB: every compressor's row,
-round trips verified, the JSON and the plot (speed is never asserted)."""
+round trips verified, the JSON and the plot, and the per-position section of the
+inference step against its floor (speed is never asserted)."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import torch
 from helpers import SMALL, SUBPROCESS_ENV
 from sharnn import SHARNN
 from sharnn.checkpoint import write_checkpoint
+from sharnn.compress import BF16_PRODUCTS, cpu_features
 from sharnn.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +24,11 @@ BASELINES = {"gzip -9", "bzip2 -9", "xz -9e", "zstd -19"}
 pytestmark = pytest.mark.slow  # runs the benchmark scripts as real processes
 
 
-def test_compression_benchmark_runs_and_writes_json_and_plot(tmp_path):
+@pytest.fixture(scope="module")
+def compression_run(tmp_path_factory):
+    """One run of benchmarks/compressors.py on 3,000 bytes with a tiny model (d 32),
+    per position at B = 1 and 8: ``(the finished process, its JSON, the plot's path)``."""
+    tmp_path = tmp_path_factory.mktemp("compressors")
     config = load_config("tiny", SMALL)
     torch.manual_seed(0)
     checkpoint = write_checkpoint(tmp_path / "ckpt", config, {"model": SHARNN(config.model).state_dict()})
@@ -38,6 +45,13 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(tmp_path):
         "--streams",
         "1",
         "4",
+        "--batch",
+        "1",
+        "8",
+        "--positions",
+        "3",
+        "--repeats",
+        "2",
         "--json",
         out,
         "--plot",
@@ -46,10 +60,14 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(tmp_path):
     ]
     done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    return done, json.loads(out.read_text()), png
+
+
+def test_compression_benchmark_runs_and_writes_json_and_plot(compression_run):
+    done, result, png = compression_run
     assert "compress B/s" in done.stdout and "bits/byte" in done.stdout
     assert "sharnn online B=8" in done.stderr  # one progress line per sharnn row
 
-    result = json.loads(out.read_text())
     assert result["files"] == {"enwik8-head-test": 3000}
     assert result["environment"]["device"] == "cpu"
     rows = {row["compressor"]: row for row in result["rows"]}
@@ -65,6 +83,59 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(tmp_path):
     for name in ("sharnn B=1", "sharnn B=4", "sharnn online B=8"):
         assert rows[name]["repeats"] == 1 and 0 < rows[name]["header_bytes"] < rows[name]["size"]
     assert png.stat().st_size > 0
+
+
+def test_per_position_section_times_every_path_against_the_floor(compression_run):
+    done, result, _ = compression_run
+    bf16 = bool(set(BF16_PRODUCTS) & set(cpu_features()))
+    paths = ["floor", "forward", "step fp32", *["step bf16"] * bf16, "generate"]
+    table = re.findall(r"^(\d+) +(\w+(?: \w+)?) +([\d.]+) +([\d,]+) +([\d.]+)$", done.stdout, re.MULTILINE)
+    assert [(int(b), path) for b, path, *_ in table] == [(b, path) for b in (1, 8) for path in paths]
+    assert ("no step bf16 rows" in done.stdout) is not bf16
+    assert "per position: B=8 ..." in done.stderr
+
+    section = result["per_position"]
+    assert section.keys() == {
+        "environment", "model", "batch", "positions", "repeats", "warmup", "bf16_skipped", "rows", "targets"
+    }  # fmt: skip
+    assert section["environment"]["threads"] == 1 and section["environment"]["cpu_features"] == cpu_features()
+    assert section["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert section["model"]["d_model"] == 32 and section["model"]["n_layers"] == 2
+    assert (section["batch"], section["positions"], section["repeats"]) == ([1, 8], 3, 2)
+    assert section["warmup"] == 49 and (section["bf16_skipped"] is None) is bf16
+    assert [(row["batch"], row["path"]) for row in section["rows"]] == [(b, path) for b in (1, 8) for path in paths]
+    for row in section["rows"]:
+        assert row["ms_per_position"] > 0 and row["floor_ratio"] > 0
+        assert row["bytes_per_s"] == pytest.approx(1000 * row["batch"] / row["ms_per_position"])
+        assert row["path"] != "floor" or row["floor_ratio"] == 1
+
+    targets = {t["target"]: t for t in section["targets"]}
+    assert set(targets) == {
+        "step fp32 B=8 <= 0.8x fp32 floor",
+        "generate B=1 <= 1.1x step fp32",
+        "generate B=8 <= 1.1x step fp32",
+    }
+    for name, target in targets.items():
+        assert target["measured"] > 0 and target["pass"] is (target["measured"] <= float(name.split("<= ")[1][:3]))
+        assert re.search(rf"^  {re.escape(name)} +measured +[\d.]+ x  (PASS|FAIL)$", done.stdout, re.MULTILINE)
+
+
+def test_per_position_section_skips_bf16_with_a_note_on_a_cpu_without_it(monkeypatch, capsys):
+    import compressors
+
+    monkeypatch.setattr(compressors, "cpu_features", lambda: ["avx2", "avx512f"])
+    config = load_config("tiny", SMALL)
+    torch.manual_seed(0)
+    section = compressors.measure_positions(SHARNN(config.model), [32], positions=2, repeats=1)
+    compressors.print_positions(section)
+    out = capsys.readouterr().out
+    note = "this CPU has no bf16 instructions (avx512_bf16 or amx_bf16; it has avx2 avx512f)"
+    assert section["bf16_skipped"] == note and f"note: {note}: no step bf16 rows" in out
+    assert [row["path"] for row in section["rows"]] == ["floor", "forward", "step fp32", "generate"]
+    assert [t["target"] for t in section["targets"]] == [
+        "step fp32 B=32 <= 1.2x fp32 floor",
+        "generate B=32 <= 1.1x step fp32",
+    ]
 
 
 def test_online_settings_benchmark_reports_each_setting_against_xz(tmp_path):
