@@ -377,7 +377,7 @@ def parse_arguments() -> tuple[argparse.Namespace, SHARNN | None, object]:
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
     if min(args.streams + [args.online_streams] + args.batch) < 1:
-        parser.error("streams must be at least 1")
+        parser.error("streams (--streams, --online-streams, --batch) must be at least 1")
     if min(args.positions, args.repeats) < 1:
         parser.error("--positions and --repeats must be at least 1")
     if args.no_online and args.overrides:
