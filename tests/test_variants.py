@@ -28,7 +28,9 @@ from helpers import (
     single_thread,
     write_small_corpus,
 )
+from sharnn.architectures import parameter_count
 from sharnn.checkpoint import load_model
+from sharnn.config import load_config
 from sharnn.model import MLP, SHARNN, LayerNormLSTM, SHARNNConfig, gelu
 
 V = 256
@@ -243,3 +245,16 @@ def test_the_model_card_names_a_variant_and_keeps_the_papers_card(tmp_path):
     small_model().save_pretrained(tmp_path / "paper")
     card = (tmp_path / "paper" / "README.md").read_text()
     assert "| LSTM cell" not in card and "| feed-forward" not in card and "value-gate network |" in card
+
+
+def test_info_counts_a_variant_given_as_settings(tmp_path):
+    """`sharnn info PRESET KEY=VALUE...` shows the variant's parts and total; settings with
+    a folder are refused in one line (they would describe another model than the folder's)."""
+    result = cli("info", "ablation-small", "model.feed_forward=mlp", "model.cell=ln_lstm")
+    assert_ok(result)
+    model = load_config("ablation-small", ["model.feed_forward=mlp", "model.cell=ln_lstm"]).model
+    assert f"parameters: {parameter_count(model):,} trainable" in result.stdout
+    assert re.search(r"^  mlp +[\d,]+$", result.stdout, re.MULTILINE)
+    assert re.search(r"^  ln_lstm +[\d,]+$", result.stdout, re.MULTILINE)
+    assert_user_error(cli("info", tmp_path, "model.cell=ln_lstm"), "is a folder", "preset")
+    assert_user_error(cli("info", "ablation-small", "model.cell=gru"), "model.cell", "gru")

@@ -551,24 +551,28 @@ def format_summary(summary: dict) -> str:
     )
 
 
-def info(target: str | Path | None = None) -> str:
+def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> str:
     """What ``sharnn info`` prints: the configuration and parameter counts of a preset, a
-    config file, a run, a checkpoint or an exported or ``save_pretrained`` folder, and for
-    these folders their step, epoch and scores (None: the list of presets).
+    config file (with ``key=value`` ``overrides``: a variant's, e.g. ``model.cell=ln_lstm``),
+    a run, a checkpoint or an exported or ``save_pretrained`` folder, and for these folders
+    their step, epoch and scores (None: the list of presets).
 
     Raises:
-        ConfigError: an unknown preset or an invalid config file. CheckpointError: an
-            invalid checkpoint or exported folder.
+        ConfigError: an unknown preset or an invalid config file or override; overrides
+            given with a folder (they describe a new run). CheckpointError: an invalid
+            checkpoint or exported folder.
     """
     from .export import describe
 
     if target is None:
         return "presets: " + ", ".join(preset_names())
     path, scores = Path(target), None
+    if overrides and path.is_dir():
+        raise ConfigError(f"{target} is a folder: key=value settings go with a preset or a config file")
     if is_pretrained(path):
         text, model_config, scores = describe(path)
     else:
-        config = load_config(str(target))  # a preset, a YAML file, or a run/checkpoint folder's config.yaml
+        config = load_config(str(target), overrides)  # a preset, a YAML file, or a run/checkpoint folder's config.yaml
         text, model_config = to_yaml(config), config.model
         if path.is_dir():
             scores = _checkpoint_scores(path)

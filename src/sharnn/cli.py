@@ -321,11 +321,13 @@ def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, d
 
 @main.command()
 @click.argument("target", required=False)
-def info(target):
-    """Configuration and parameter counts of a preset, a config file, a run, a checkpoint
-    or an exported or save_pretrained folder, and for these folders their step, epoch and
-    scores (without TARGET: the list of presets)."""
-    click.echo(sharnn.info(target))
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+def info(target, overrides):
+    """Configuration and parameter counts of a preset or a config file (with KEY=VALUE
+    settings: a variant's, e.g. model.cell=ln_lstm), a run, a checkpoint or an exported
+    or save_pretrained folder, and for these folders their step, epoch and scores
+    (without TARGET: the list of presets)."""
+    click.echo(sharnn.info(target, overrides))
 
 
 if __name__ == "__main__":
