@@ -85,6 +85,7 @@ from sharnn.files import Lock, LockError, Terminated, sigterm_raises, write_atom
 from sharnn.run_folder import LOCK_FILE, config_changes, read_summary
 
 GRID = Path(__file__).resolve().parent / "ablations.yaml"
+AT_STEP = 300  # the report's per-step comparison: every variant of the bundled grid gets past it
 SHARNN = [sys.executable, "-m", "sharnn"]
 GRID_KEYS = {"preset", "seconds", "threads", "seeds", "baseline", "variants"}
 VARIANT_KEYS = {"name", "overrides", "preset", "seeds", "group"}
@@ -278,7 +279,7 @@ def run_row(run: Run, run_dir: Path, threads: int) -> dict:
         "preset": run.preset,
         "overrides": list(run.overrides),
         "threads": threads,
-        "curve": [[r["seconds"], r["bpc"]] for r in valids],
+        "curve": [[r["seconds"], r["bpc"], r["step"]] for r in valids],
         "run_dir": str(run_dir),
     }
     if summary is None:
@@ -348,11 +349,13 @@ def difference_interval(a: list[float], b: list[float]) -> tuple[float, float | 
     return difference, float(stats.t.ppf(0.975, df)) * math.sqrt(va + vb)
 
 
-def per_variant(rows: list[dict], baseline: str) -> list[dict]:
+def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list[dict]:
     """One entry per variant with rows (in their order): seeds, test BPC mean and 95% CI,
     difference from ``baseline`` and its 95% CI (None for the baseline itself and without
-    baseline rows), mean valid BPC, parameters, steps and tokens/s (means), and
-    ``best_of`` (the group it is the best of by mean valid BPC, else None)."""
+    baseline rows), mean valid BPC, the mean valid BPC at step ``at_step`` (None unless
+    every seed validated there: what a variant learns per step, its speed aside),
+    parameters, steps and tokens/s (means), and ``best_of`` (the group it is the best of by
+    mean valid BPC, else None)."""
     by_variant: dict[str, list[dict]] = {}
     for row in rows:
         by_variant.setdefault(row["variant"], []).append(row)
@@ -379,6 +382,7 @@ def per_variant(rows: list[dict], baseline: str) -> list[dict]:
                 "difference": difference,
                 "difference_ci": difference_half,
                 "valid_bpc": statistics.fmean(r["valid_bpc"] for r in runs),
+                "valid_at_step": valid_at_step(runs, at_step),
                 "parameters": statistics.fmean(r["parameters"] for r in runs),
                 "steps": statistics.fmean(r["steps"] for r in runs),
                 "tokens_per_second": statistics.fmean(speeds) if speeds else None,
@@ -390,6 +394,13 @@ def per_variant(rows: list[dict], baseline: str) -> list[dict]:
         if scored:
             min(scored, key=lambda v: v["valid_bpc"])["best_of"] = group
     return result
+
+
+def valid_at_step(rows: list[dict], step: int) -> float | None:
+    """The mean over ``rows`` of the validation BPC at ``step``; None unless every row
+    validated at that step."""
+    scores = [[bpc for _, bpc, at in row["curve"] if at == step] for row in rows]
+    return statistics.fmean(s[0] for s in scores) if all(scores) else None
 
 
 def _all_diverged(variant: str, rows: list[dict]) -> dict:
@@ -404,6 +415,7 @@ def _all_diverged(variant: str, rows: list[dict]) -> dict:
         "difference": None,
         "difference_ci": None,
         "valid_bpc": None,
+        "valid_at_step": None,
         "parameters": statistics.fmean(r["parameters"] for r in rows),
         "steps": statistics.fmean(r["steps"] for r in rows),
         "tokens_per_second": None,
@@ -436,16 +448,17 @@ def versus(variant: dict, baseline: str) -> str:
 def markdown(variants: list[dict], baseline: str) -> str:
     """The per-variant table in Markdown, with a line per lr sweep naming its best."""
     lines = [
-        f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | valid BPC | parameters | steps | tokens/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | valid BPC | valid BPC at step {AT_STEP} "
+        "| parameters | steps | tokens/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in variants:
         name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
         speed = "-" if v["tokens_per_second"] is None else f"{v['tokens_per_second']:,.0f}"
-        valid = "-" if v["valid_bpc"] is None else f"{v['valid_bpc']:.4f}"
+        valid, at_step = (_plus_minus(v[key], None) for key in ("valid_bpc", "valid_at_step"))
         lines.append(
             f"| {name} | {seeds_text(v)} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
-            f"{versus(v, baseline)} | {valid} | "
+            f"{versus(v, baseline)} | {valid} | {at_step} | "
             f"{v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} |"
         )
     for v in variants:
@@ -474,6 +487,7 @@ def print_report(variants: list[dict], baseline: str) -> None:
             ("test", "test BPC ± 95% CI", ""),
             ("diff", f"vs {baseline} ± 95% CI", ""),
             ("valid_bpc", "valid BPC", ".4f"),
+            ("valid_at_step", f"valid at step {AT_STEP}", ".4f"),
             ("parameters", "parameters", ",.0f"),
             ("steps", "steps", ",.0f"),
             ("tokens_per_second", "tokens/s", ",.0f"),

@@ -95,12 +95,14 @@ def test_intervals_are_students_and_welchs():
 
 
 def test_report_rows_per_variant_with_the_best_of_a_sweep():
-    def row(variant, seed, test, valid, group=None):
-        return {"variant": variant, "seed": seed, "group": group, "test_bpc": test, "valid_bpc": valid}
+    def row(variant, seed, test, valid, group=None, curve=()):
+        return {"variant": variant, "seed": seed, "group": group, "test_bpc": test, "valid_bpc": valid, "curve": curve}
 
     rows = [
-        row("base", 1, 1.0, 1.1) | {"parameters": 10, "steps": 5, "tokens_per_second": 100.0},
-        row("base", 2, 1.2, 1.3) | {"parameters": 10, "steps": 7, "tokens_per_second": None},
+        row("base", 1, 1.0, 1.1, curve=[[9.0, 2.0, ab.AT_STEP]])
+        | {"parameters": 10, "steps": 5, "tokens_per_second": 100.0},
+        row("base", 2, 1.2, 1.3, curve=[[8.0, 2.5, ab.AT_STEP], [9.0, 2.4, ab.AT_STEP + 1]])
+        | {"parameters": 10, "steps": 7, "tokens_per_second": None},
         row("lr-a", 1, 1.5, 1.4, "sweep") | {"parameters": 8, "steps": 4, "tokens_per_second": 50.0},
         row("lr-b", 1, 1.6, 1.2, "sweep") | {"parameters": 8, "steps": 4, "tokens_per_second": 50.0},
     ]
@@ -110,7 +112,8 @@ def test_report_rows_per_variant_with_the_best_of_a_sweep():
     assert variants["lr-a"]["difference"] == pytest.approx(0.4) and variants["lr-a"]["difference_ci"] is None
     assert variants["lr-b"]["best_of"] == "sweep" and variants["lr-a"]["best_of"] is None
     text = ab.markdown(list(variants.values()), "base")
-    assert "| base | 2 | 1.1000 ± 1.2706 | baseline | 1.2000 | 10 | 6 | 100 |" in text
+    assert variants["base"]["valid_at_step"] == pytest.approx(2.25) and variants["lr-a"]["valid_at_step"] is None
+    assert "| base | 2 | 1.1000 ± 1.2706 | baseline | 1.2000 | 2.2500 | 10 | 6 | 100 |" in text
     assert "| lr-a (sweep) | 1 | 1.5000 | +0.4000 |" in text
     assert "The lr sweep sweep: best by mean valid BPC is lr-b (1.2000)." in text
 
@@ -223,7 +226,7 @@ def test_a_grid_runs_to_the_end_reports_and_each_row_reproduces(tmp_path, capsys
         assert r["steps"] > 0 and r["train_seconds"] >= 1 and r["threads"] == 1 and r["tokens_per_second"] > 0
         assert r["parameters"] > 0 and math.isfinite(r["valid_bpc"]) and math.isfinite(r["test_bpc"])
         assert (
-            r["curve"] and r["curve"][-1][1] >= r["valid_bpc"] and all(s <= r["train_seconds"] for s, _ in r["curve"])
+            r["curve"] and r["curve"][-1][1] >= r["valid_bpc"] and all(s <= r["train_seconds"] for s, *_ in r["curve"])
         )
     assert "model.attention=none" in rows[2]["overrides"]
     table = markdown.read_text().splitlines()
