@@ -515,7 +515,8 @@ def plot(rows: list[dict], path: Path) -> None:
         start = max(c[0][0] for c in seeds)
         grid = np.linspace(start, end, 50) if end > start else np.array([end])
         values = np.array([np.interp(grid, [p[0] for p in c], [p[1] for p in c]) for c in seeds])
-        ax.plot(grid, values.mean(axis=0), color=f"C{i % 10}", label=f"{variant} ({len(seeds)} seeds)")
+        style = ("-", "--", ":")[i // 10 % 3]  # ten colours, then the same colours dashed
+        ax.plot(grid, values.mean(axis=0), f"C{i % 10}", linestyle=style, label=f"{variant} ({len(seeds)} seeds)")
         ax.fill_between(grid, values.min(axis=0), values.max(axis=0), color=f"C{i % 10}", alpha=0.2)
     ax.set_xlabel("training seconds")
     ax.set_ylabel("validation bits per byte")
