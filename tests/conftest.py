@@ -3,10 +3,16 @@ machine two OpenMP threads spinning against each other are many times slower."""
 
 import pytest
 
-from helpers import single_thread
+from helpers import single_thread, write_small_corpus
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
     with single_thread():
         yield
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    """The first 60,000 bytes of the bundled enwik8 head as a plain file, one per test module."""
+    return write_small_corpus(tmp_path_factory.mktemp("data") / "small.txt")

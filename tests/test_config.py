@@ -11,7 +11,7 @@ from importlib import resources
 import pytest
 import yaml
 
-from helpers import SMALL, assert_user_error, cli, write_small_corpus
+from helpers import SMALL, assert_user_error, cli
 from sharnn.config import TrainConfig, load_config, preset_names, to_yaml
 from sharnn.errors import CheckpointError, ConfigError
 from sharnn.model import SHARNNConfig
@@ -165,11 +165,6 @@ def test_a_model_without_attention_takes_windows_longer_than_the_span():
     assert config.bptt == 6000 and config.model.attention_blocks() == []
     with pytest.raises(ConfigError, match=r"bptt: windows of 6000 tokens exceed model.attention_span \(5000\)"):
         load_config("enwik8-paper", ["bptt=6000"])
-
-
-@pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    return write_small_corpus(tmp_path_factory.mktemp("data") / "small.txt")
 
 
 @pytest.mark.parametrize(

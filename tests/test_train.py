@@ -49,11 +49,6 @@ from sharnn.train import train
 
 
 @pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    return write_small_corpus(tmp_path_factory.mktemp("data") / "small.txt")
-
-
-@pytest.fixture(scope="module")
 def reference_run(tmp_path_factory, corpus_file):
     """The RESUMABLE run, done in one go (the exact-resume tests compare against it)."""
     out = tmp_path_factory.mktemp("reference") / "run"

@@ -24,7 +24,6 @@ from helpers import (
     sharnn_process,
     signal_when,
     single_thread,
-    write_small_corpus,
 )
 from sharnn import Transformer
 from sharnn.architectures import build_model, load_pretrained, parameter_count
@@ -100,11 +99,6 @@ def test_parameter_count_is_the_built_models_and_refuses_a_bad_config_in_one_lin
     result = cli("train", "--preset", "tiny", "--out", tmp_path / "run", *SMALL, *TRANSFORMER, "model.n_heads=5")
     assert_user_error(result, "model.n_heads (5) must be >= 1 and divide model.d_model")
     assert not (tmp_path / "run").exists()
-
-
-@pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    return write_small_corpus(tmp_path_factory.mktemp("data") / "small.txt")
 
 
 @pytest.fixture(scope="module")

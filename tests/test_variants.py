@@ -26,7 +26,6 @@ from helpers import (
     sharnn_process,
     signal_when,
     single_thread,
-    write_small_corpus,
 )
 from sharnn.architectures import parameter_count
 from sharnn.checkpoint import load_model
@@ -191,11 +190,6 @@ def test_a_bad_variant_is_one_line(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the commands
-
-
-@pytest.fixture(scope="module")
-def corpus_file(tmp_path_factory):
-    return write_small_corpus(tmp_path_factory.mktemp("data") / "small.txt")
 
 
 @pytest.mark.slow
