@@ -549,6 +549,18 @@ def results(grid: Grid, grid_path: Path, rows: list[dict]) -> dict:
     }
 
 
+def portable(results: dict) -> dict:
+    """``results`` as ``--json`` publishes them (docs/ablations.json): without the rows'
+    ``run_dir`` (this machine's folders) and with the grid's path inside the repository
+    relative to it, so that the file reads the same wherever it is run."""
+    grid = Path(results["grid"]).resolve()
+    inside = grid.is_relative_to(GRID.parent.parent)
+    return results | {
+        "grid": str(grid.relative_to(GRID.parent.parent)) if inside else grid.name,
+        "runs": [{k: v for k, v in row.items() if k != "run_dir"} for row in results["runs"]],
+    }
+
+
 def write_results(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> list[dict]:
     """Rewrite OUT/results.json from the run folders, under a lock (several harnesses
     share it); returns the rows."""
@@ -569,7 +581,7 @@ def report(grid: Grid, grid_path: Path, rows: list[dict], args) -> None:
         write_atomically(args.markdown, text + "\n")
         print(f"wrote {args.markdown}")
     if args.json:
-        write_atomically(args.json, json.dumps(results(grid, grid_path, rows), indent=2) + "\n")
+        write_atomically(args.json, json.dumps(portable(results(grid, grid_path, rows)), indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
         plot(rows, Path(args.plot))
