@@ -673,10 +673,9 @@ def test_resume_tolerates_a_torn_last_metrics_line(tmp_path, reference_run):
     assert_ok(result)
 
 
-def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(tmp_path, corpus_file):
-    """It diverged at once (lr 1e30): resuming with a sane lr starts it again in its folder."""
-    run_dir = tmp_path / "no-checkpoint"
-    result = cli(
+def train_diverging(run_dir, corpus_file):
+    """A SMALL run at lr 1e30 without warmup: it diverges at its first steps."""
+    return cli(
         "train",
         "--quiet",
         "--preset",
@@ -688,6 +687,12 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(tmp_path,
         "lr=1e30",
         "warmup_steps=0",
     )
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(tmp_path, corpus_file):
+    """It diverged at once (lr 1e30): resuming with a sane lr starts it again in its folder."""
+    run_dir = tmp_path / "no-checkpoint"
+    result = train_diverging(run_dir, corpus_file)
     assert_user_error(result, "no checkpoint was written")
     assert (run_dir / "config.yaml").is_file() and not (run_dir / "latest").exists()
     result = cli("train", "--resume", run_dir, "lr=0.002")
@@ -711,18 +716,7 @@ def test_resume_of_what_is_not_a_run_is_one_line(tmp_path):
 
 def test_nonfinite_loss_stops_with_one_line_naming_the_step(tmp_path, corpus_file):
     run_dir = tmp_path / "diverged"
-    result = cli(
-        "train",
-        "--quiet",
-        "--preset",
-        "tiny",
-        "--out",
-        run_dir,
-        *SMALL,
-        f"data={corpus_file}",
-        "lr=1e30",
-        "warmup_steps=0",
-    )
+    result = train_diverging(run_dir, corpus_file)
     line = assert_user_error(result, "NaN or infinite")
     assert re.search(r"\bstep \d+\b", line), line
     assert not (run_dir / "summary.json").exists()
