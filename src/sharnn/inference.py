@@ -153,15 +153,38 @@ class Step:
         return _linear(x, self.output_weight, self.model.output_bias)
 
 
+def _onednn_available() -> bool:
+    """Whether this torch runs oneDNN's float32 linear (``torch.ops.mkldnn._linear_pointwise``)
+    on the CPU: x86 builds do."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        torch.ops.mkldnn._linear_pointwise(torch.ones(1, 1), torch.ones(1, 1), None, "none", [], "")
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return False
+    return True
+
+
+ONEDNN = _onednn_available()  # chosen once: float32 products on the CPU through oneDNN, else F.linear
+
+
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight^T + bias`` for ``x [B, k]``, ``weight [n, k]`` and ``bias`` (``[n]`` or
-    ``[B, n]``, or None): ``[B, n]`` in ``x``'s dtype (the parameters'). A bfloat16
-    ``weight`` multiplies ``x`` rounded to bfloat16, its result rounded to bfloat16, then
-    widened and the bias added in float32."""
-    if weight.dtype == x.dtype:
+    ``[B, n]``, or None): ``[B, n]`` in ``x``'s dtype (the parameters').
+
+    A float32 product on the CPU runs through oneDNN where torch has it (:data:`ONEDNN`):
+    ``F.linear`` calls MKL, which on this project's AMD CPU runs about half as fast at
+    ``B`` = 8 to 128 (docs/compression.md, "The step"). A bfloat16 ``weight`` multiplies
+    ``x`` rounded to bfloat16, its result rounded to bfloat16, then widened and the bias
+    added in float32."""
+    if weight.dtype != x.dtype:
+        product = F.linear(x.to(weight.dtype), weight)
+        return product.to(x.dtype) if bias is None else bias.add(product)
+    if not (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32):
         return F.linear(x, weight, bias)
-    product = F.linear(x.to(weight.dtype), weight)
-    return product.to(x.dtype) if bias is None else bias.add(product)
+    if bias is not None and bias.dim() == 2:  # a bias per row: added after the product
+        return torch.ops.mkldnn._linear_pointwise.binary(x, bias, weight, None, "add")
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 class _Block:
@@ -247,9 +270,11 @@ class _Block:
             sublayer.head.ln_query.eps,
         )
         memory = ring[:, :filled]  # [B, n, d], in the ring's dtype (bf16 for precision bf16)
-        scores = torch.bmm(memory, query.unsqueeze(2).to(ring.dtype)).to(r.dtype)
-        probs = torch.softmax(scores, dim=1).to(ring.dtype)  # [B, n, 1]
-        return torch.addcmul(r, self.value_gate, torch.bmm(probs.transpose(1, 2), memory).squeeze(1).to(r.dtype))
+        # Both products as a row [B, 1, .] times a matrix: torch.bmm of a matrix times a
+        # column [B, ., 1] runs about ten times slower on the CPU (docs/compression.md).
+        scores = torch.bmm(query.unsqueeze(1).to(ring.dtype), memory.transpose(1, 2)).to(r.dtype)  # [B, 1, n]
+        probs = torch.softmax(scores, dim=2).to(ring.dtype)
+        return torch.addcmul(r, self.value_gate, torch.bmm(probs, memory).squeeze(1).to(r.dtype))
 
     def _prepare_feed_forward(self) -> None:
         """``LN_xff``'s gain and bias folded into the first product (``up``: the Boom's or the MLP's)."""
