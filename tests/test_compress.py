@@ -26,6 +26,7 @@ from sharnn.compress import (
     START_BYTE,
     compress,
     decompress,
+    default_streams,
     model_sha256,
     online_config,
     online_model,
@@ -127,6 +128,26 @@ def test_header_records_streams_crcs_and_the_model(model):
     assert header.model_sha256 == model_sha256(model)
     assert header.mode == "model" and header.tokenizer == "bytes" and header.payload_bytes == len(payload)
     assert header.environment["device"] == "cpu" and header.environment["threads"] == torch.get_num_threads()
+
+
+def test_default_streams_are_one_per_4_kib_up_to_64_and_online_has_its_own():
+    assert [default_streams(n) for n in (0, 1, 4096, 4097, 100_000, 64 * 4096, 10**9)] == [1, 1, 1, 2, 25, 64, 64]
+    assert default_streams(10**9, online=True) == default_streams(1, online=True) == compression.ONLINE_STREAMS
+
+
+def test_compress_codes_on_one_thread_by_default_and_records_the_count_given(model):
+    data = TEXT * 5  # 4,500 bytes: two streams by default
+    before = torch.get_num_threads()
+    header = read_header(compress(data, model))[0]
+    assert header.environment["threads"] == 1 and header.streams == default_streams(len(data)) == 2
+    blob = compress(data, model, streams=3, threads=2)
+    header = read_header(blob)[0]
+    assert header.environment["threads"] == 2 and header.streams == 3
+    assert torch.get_num_threads() == before  # restored after coding
+    assert decompress(blob, model) == data
+    for threads in (0, 1025):
+        with pytest.raises(ConfigError, match="threads must be between 1 and 1024"):
+            compress(data, model, threads=threads)
 
 
 def _ideal_bits(model, data: bytes, streams: int) -> float:
@@ -275,8 +296,12 @@ def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
     assert_user_error(cli("compress", source, tmp_path / "no" / "x", "--model", run_dir), "no folder")
     assert_user_error(cli("decompress", source, tmp_path / "x"), "not a sharnn compressed file")
     assert_user_error(cli("decompress", packed, tmp_path / "x"), "give it with --model")
+    assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "--threads", "0"), "--threads")
+    assert not (tmp_path / "x").exists()
     assert_ok(cli("compress", source, packed, "--model", run_dir, "--force", "--quiet", "--streams", "1"))
     assert read_header(packed.read_bytes())[0].streams == 1
+    assert_ok(cli("compress", source, packed, "--model", run_dir, "--force", "--quiet", "--threads", "2"))
+    assert read_header(packed.read_bytes())[0].environment["threads"] == 2
 
 
 def _as_if_coded_on_cuda(blob: bytes) -> bytes:

@@ -348,7 +348,8 @@ def compress_file(
     *,
     online: bool = False,
     settings: Sequence[str] = (),
-    streams: int = 8,
+    streams: int | None = None,
+    threads: int = 1,
     device: str = "cpu",
     precision: str = "fp32",
     force: bool = False,
@@ -361,7 +362,9 @@ def compress_file(
         model: the run (its best checkpoint) or checkpoint that predicts the bytes; or
         online: a fixed-seed model learns from the bytes already coded, with ``settings``
             (``key=value`` overrides of :func:`sharnn.compress.online_config`).
-        streams: contiguous pieces coded side by side.
+        streams: contiguous pieces coded side by side (None: by the input's size,
+            :func:`sharnn.compress.default_streams`).
+        threads: torch's thread count while coding (recorded; decompression uses it too).
         device: ``cpu`` or ``cuda[:N]``: a file coded on CUDA decodes only on the same GPU
             type with the same library versions.
         precision: ``fp32``, or ``bf16``: the products in bfloat16, on a CPU with bf16
@@ -395,7 +398,9 @@ def compress_file(
             predictor, config = load_model(model, device=target)[0], None
         started = time.perf_counter()
         with ProgressDisplay("compress", enabled=not quiet) as progress:
-            blob = encode(data, predictor, streams=streams, online=config, progress=progress, precision=precision)
+            blob = encode(
+                data, predictor, streams=streams, threads=threads, online=config, progress=progress, precision=precision
+            )
         _write_output(dest, blob)
         seconds = time.perf_counter() - started
     return Coding(len(data), len(blob), seconds, read_header(blob, str(dest))[0], compressed=True)

@@ -208,10 +208,17 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
 )
 @click.option(
     "--streams",
-    default=8,
-    show_default=True,
+    default=None,
     type=click.IntRange(min=1),
-    help="Contiguous pieces coded side by side: faster, each starts cold.",
+    help="Contiguous pieces coded side by side: faster, each starts cold.  [default: one per 4 KiB of input, "
+    "1 to 64; online: 8]",
+)
+@click.option(
+    "--threads",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1, max=1024),
+    help="Torch threads while coding; decompression uses the same count.",
 )
 @click.option(
     "--device",
@@ -230,7 +237,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
 @console.force_dest_option
 @console.quiet_option
 @click.argument("overrides", nargs=-1)
-def compress(source, dest, model_path, online, streams, device, precision, force, quiet, overrides):
+def compress(source, dest, model_path, online, streams, threads, device, precision, force, quiet, overrides):
     """Compress SOURCE to DEST (`-`: standard input or output) with a model, exactly
     invertible by `sharnn decompress` (docs/compression.md)."""
     done = sharnn.compress_file(
@@ -240,6 +247,7 @@ def compress(source, dest, model_path, online, streams, device, precision, force
         online=online,
         settings=overrides,
         streams=streams,
+        threads=threads,
         device=device,
         precision=precision,
         force=force,

@@ -80,6 +80,14 @@ _PREFIX = struct.Struct("<8sHI")  # magic, format version, header length
 _CRC = struct.Struct("<I")
 _PROGRESS_EVERY = 256  # positions between progress updates
 
+# Default streams in model mode: one per BYTES_PER_STREAM bytes of input, at most
+# MAX_DEFAULT_STREAMS. Each stream costs a cold start and its CRC32 in the header, about
+# 15 bytes; beyond 64 a position costs about as much per stream as it saves
+# (docs/compression.md, "Streams and threads").
+BYTES_PER_STREAM = 4096
+MAX_DEFAULT_STREAMS = 64
+ONLINE_STREAMS = 8  # online mode's default: fewer streams, more optimizer steps per byte
+
 # The CPU features bf16 products depend on, as /proc/cpuinfo names them: those that decide
 # which kernel oneDNN (and torch's choice of it) runs for a bf16 matrix product: AVX2 and
 # AVX-512 (conversion and emulation), AVX-512 BF16 and AVX-NE-CONVERT (bf16 instructions),
@@ -214,6 +222,15 @@ def online_model(config: TrainConfig) -> SHARNN:
     return SHARNN(config.model)
 
 
+def default_streams(length: int, online: bool = False) -> int:
+    """The streams :func:`compress` uses when none are given: in model mode one per
+    :data:`BYTES_PER_STREAM` bytes, from 1 to :data:`MAX_DEFAULT_STREAMS`; in online mode
+    :data:`ONLINE_STREAMS` (docs/compression.md, "Streams and threads")."""
+    if online:
+        return ONLINE_STREAMS
+    return max(1, min(MAX_DEFAULT_STREAMS, -(-length // BYTES_PER_STREAM)))
+
+
 def stream_lengths(length: int, streams: int) -> list[int]:
     """Lengths of the ``min(streams, length)`` contiguous streams a file is cut into: as
     equal as possible, the longer ones first."""
@@ -225,7 +242,8 @@ def compress(
     data: bytes,
     model: SHARNN,
     *,
-    streams: int = 8,
+    streams: int | None = None,
+    threads: int = 1,
     online: TrainConfig | None = None,
     progress: ProgressDisplay | None = None,
     precision: str = "fp32",
@@ -236,7 +254,12 @@ def compress(
         data: any bytes (empty included).
         model: the predicting model (its device is used; it is put in eval mode). In online
             mode, :func:`online_model` of ``online``, which this trains.
-        streams: ``B``, the number of contiguous pieces coded side by side.
+        streams: ``B``, the number of contiguous pieces coded side by side (None:
+            :func:`default_streams`).
+        threads: torch's thread count while coding, recorded in the header and used
+            again by :func:`decompress`. One is the default: a position's products are
+            small, and a second thread rarely pays for itself and is several times
+            slower when anything else runs (docs/compression.md, "Streams and threads").
         online: online mode's settings (None: model mode).
         progress: shows the fraction coded and the bits per byte so far.
         precision: ``"fp32"``, or ``"bf16"``: the step's products in bfloat16 (an SHA-RNN
@@ -251,11 +274,16 @@ def compress(
         ``len(data)`` plus the header.
 
     Raises:
-        ConfigError: ``streams`` < 1, a model that is not byte-level, a precision other
+        ConfigError: ``streams`` or ``threads`` < 1, a model that is not byte-level, a precision other
             than fp32 and bf16, or bf16 for a Transformer, off the CPU or on a CPU
             without bf16 instructions.
     """
-    header, payload = _code(data, model, streams=streams, online=online, progress=progress, precision=precision)
+    if streams is None:
+        streams = default_streams(len(data), online is not None)
+    if not 1 <= threads <= _MAX_THREADS:
+        raise ConfigError(f"threads must be between 1 and {_MAX_THREADS}, got {threads}")
+    with torch_threads(threads):
+        header, payload = _code(data, model, streams=streams, online=online, progress=progress, precision=precision)
     version = written_version(model)
     coded = _pack(header, version) + payload
     stored = (
