@@ -31,9 +31,10 @@ state, what files of versions 1 and 2 decode with; ``step fp32`` and ``step bf16
 CPU without bf16 instructions); ``generate``, one token of ``sharnn.generate.generate``
 (the step, then sampling; no I/O); ``floor``, the bare work of the same shapes at batch
 ``B``: ``n_layers`` ``torch.lstm_cell`` steps, as many Boom up-projections (``F.linear``,
-``d`` to ``boom_dim``) and the output projection (``F.linear``, ``d`` to ``V``). Each row
-gives bytes per second (``B`` / time) and its ratio to the floor; the targets of the
-step (issue 22) are judged against the floor.
+``d`` to ``boom_dim``) and the output projection (``F.linear``, ``d`` to ``V``); ``floor
+onednn``, the same products through oneDNN as the step runs them (where torch has it).
+Each row gives bytes per second (``B`` / time) and its ratio to the floor; the targets
+of the step (issue 22) are judged against the floor.
 
 Files (``--files``): ``enwik8-head-test``, the test split of the bundled corpus (the last
 5%); ``enwik8-head``, the whole bundled file; ``wikitext2-test``, WikiText-2's raw test
@@ -89,7 +90,7 @@ from sharnn.compress import (
 from sharnn.data import bundled_wikitext2, load_corpus
 from sharnn.errors import SharnnError
 from sharnn.generate import generate
-from sharnn.inference import Step
+from sharnn.inference import ONEDNN, Step, linear as step_linear
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -189,12 +190,14 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"wrote {path}")
 
 
-def floor_position(model: SHARNN, streams: int):
+def floor_position(model: SHARNN, streams: int, onednn: bool = False):
     """One position of the floor at batch ``streams``: ``n_layers`` ``torch.lstm_cell``
     steps (``d`` to ``4d`` gates, the state carried), as many Boom up-projections
     (``F.linear``, ``d`` to ``boom_dim``) and the output projection (``F.linear``, ``d`` to
-    ``V``), on seeded random fp32 weights of the model's shapes. Returns ``run(tokens)``
-    (``tokens`` unused: the floor has no embedding)."""
+    ``V``), on seeded random fp32 weights of the model's shapes. With ``onednn``, the same
+    products through oneDNN as the step runs them (``sharnn.inference``'s), the cell's
+    two gate products separate and its pointwise part in plain torch. Returns
+    ``run(tokens)`` (``tokens`` unused: the floor has no embedding)."""
     config = model.config
     d, generator = config.d_model, torch.Generator().manual_seed(0)
 
@@ -214,7 +217,18 @@ def floor_position(model: SHARNN, streams: int):
             F.linear(h, *up)
         return F.linear(h, *output)
 
-    return run
+    def run_onednn(tokens: torch.Tensor) -> torch.Tensor:
+        h = x
+        for i, ((w_ih, w_hh, b_ih, b_hh), up) in enumerate(zip(layers, boom)):
+            gates = step_linear(state[i][0], w_hh, step_linear(h, w_ih, b_ih)).add_(b_hh)  # i, f, g, o
+            input_gate, forget, cell, output_gate = gates.chunk(4, dim=1)
+            c = torch.addcmul(torch.sigmoid(forget) * state[i][1], torch.sigmoid(input_gate), torch.tanh(cell))
+            h = torch.sigmoid(output_gate) * torch.tanh(c)
+            state[i] = h, c
+            step_linear(h, *up)
+        return step_linear(h, *output)
+
+    return run_onednn if onednn else run
 
 
 def generation_position(model: SHARNN, streams: int, positions: int):
@@ -253,8 +267,10 @@ def bf16_note() -> str | None:
 def position_paths(model: SHARNN, streams: int, calls: int, bf16: bool) -> dict:
     """Path name -> ``run(tokens)`` of one position at batch ``streams`` (the floor first),
     each good for ``calls`` calls."""
-    paths = {
-        "floor": floor_position(model, streams),
+    paths = {"floor": floor_position(model, streams)}
+    if ONEDNN:
+        paths["floor onednn"] = floor_position(model, streams, onednn=True)
+    paths |= {
         "forward": _Forward(model),
         "step fp32": Step(model, streams),
     }

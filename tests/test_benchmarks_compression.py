@@ -16,6 +16,7 @@ from sharnn import SHARNN
 from sharnn.checkpoint import write_checkpoint
 from sharnn.compress import BF16_PRODUCTS, cpu_features
 from sharnn.config import load_config
+from sharnn.inference import ONEDNN
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_ONLINE = ["model.d_model=32", "model.boom_dim=64", "model.attention_span=48", "bptt=16"]
@@ -88,7 +89,7 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(compression_run):
 def test_per_position_section_times_every_path_against_the_floor(compression_run):
     done, result, _ = compression_run
     bf16 = bool(set(BF16_PRODUCTS) & set(cpu_features()))
-    paths = ["floor", "forward", "step fp32", *["step bf16"] * bf16, "generate"]
+    paths = ["floor", *["floor onednn"] * ONEDNN, "forward", "step fp32", *["step bf16"] * bf16, "generate"]
     table = re.findall(r"^(\d+) +(\w+(?: \w+)?) +([\d.]+) +([\d,]+) +([\d.]+)$", done.stdout, re.MULTILINE)
     assert [(int(b), path) for b, path, *_ in table] == [(b, path) for b in (1, 8) for path in paths]
     assert ("no step bf16 rows" in done.stdout) is not bf16
@@ -131,7 +132,9 @@ def test_per_position_section_skips_bf16_with_a_note_on_a_cpu_without_it(monkeyp
     out = capsys.readouterr().out
     note = "this CPU has no bf16 instructions (avx512_bf16 or amx_bf16; it has avx2 avx512f)"
     assert section["bf16_skipped"] == note and f"note: {note}: no step bf16 rows" in out
-    assert [row["path"] for row in section["rows"]] == ["floor", "forward", "step fp32", "generate"]
+    assert [row["path"] for row in section["rows"]] == [
+        "floor", *["floor onednn"] * ONEDNN, "forward", "step fp32", "generate"
+    ]  # fmt: skip
     assert [t["target"] for t in section["targets"]] == [
         "step fp32 B=32 <= 1.2x fp32 floor",
         "generate B=32 <= 1.1x step fp32",
@@ -149,3 +152,17 @@ def test_online_settings_benchmark_reports_each_setting_against_xz(tmp_path):
     assert rows[0]["settings"] == "xz -9e" and rows[2]["settings"].endswith("lr=0.001")
     assert all(row["bits_per_byte"] > 0 for row in rows)
     assert all(row["bytes_per_s"] > 0 for row in rows[1:])
+
+
+@pytest.mark.skipif(not ONEDNN, reason="this torch has no oneDNN linear")
+def test_the_onednn_floor_computes_what_the_floor_computes():
+    import compressors
+
+    torch.manual_seed(0)
+    model = SHARNN(load_config("tiny", SMALL).model)
+    floor, onednn = (compressors.floor_position(model, 4, onednn=flag) for flag in (False, True))
+    tokens = torch.zeros(4, dtype=torch.int64)
+    for _ in range(3):  # the LSTM state carried from call to call
+        expected, got = floor(tokens), onednn(tokens)
+    assert got.shape == (4, 256)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

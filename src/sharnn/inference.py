@@ -150,7 +150,7 @@ class Step:
             u = self.lstm[i][0]  # the LSTM's output is its h
             x = block.feed_forward(u if self.memory[i] is None else block.attend(u, self.memory[i], slot, filled))
         self.position += 1
-        return _linear(x, self.output_weight, self.model.output_bias)
+        return linear(x, self.output_weight, self.model.output_bias)
 
 
 def _onednn_available() -> bool:
@@ -168,8 +168,8 @@ def _onednn_available() -> bool:
 ONEDNN = _onednn_available()  # chosen once: float32 products on the CPU through oneDNN, else F.linear
 
 
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``x @ weight^T + bias`` for ``x [B, k]``, ``weight [n, k]`` and ``bias`` (``[n]`` or
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """The step's matrix product: ``x @ weight^T + bias`` for ``x [B, k]``, ``weight [n, k]`` and ``bias`` (``[n]`` or
     ``[B, n]``, or None): ``[B, n]`` in ``x``'s dtype (the parameters').
 
     A float32 product on the CPU runs through oneDNN where torch has it (:data:`ONEDNN`):
@@ -224,8 +224,8 @@ class _Block:
         """The gates' part from the block's input ``x [N, d]``, the bias included: ``[N, 4d]``."""
         normed = self.block.ln_start(x)
         if self.ln_lstm:
-            return self.block.lstm.ln_ih(_linear(normed, self.w_ih)) + self.bias
-        return _linear(normed, self.w_ih, self.bias)
+            return self.block.lstm.ln_ih(linear(normed, self.w_ih)) + self.bias
+        return linear(normed, self.w_ih, self.bias)
 
     def recurrence(self, x: Tensor | None, tokens: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         """The LSTM (or LN-LSTM) of one position: input ``x [B, d]`` (None in a block with
@@ -241,11 +241,11 @@ class _Block:
     def _gates(self, x: Tensor | None, tokens: Tensor, h: Tensor) -> Tensor:
         """The gates' pre-activations ``[B, 4d]``: from the table or the input, and from ``h``."""
         if self.table is None and not self.ln_lstm:  # the two products as one
-            return _linear(torch.cat([self.block.ln_start(x), h], dim=1), self.w_fused, self.bias)
+            return linear(torch.cat([self.block.ln_start(x), h], dim=1), self.w_fused, self.bias)
         from_input = self._from_input(x) if self.table is None else self.table.index_select(0, tokens)
         if self.ln_lstm:
-            return self.block.lstm.ln_hh(_linear(h, self.w_hh)).add_(from_input)
-        return _linear(h, self.w_hh, from_input)
+            return self.block.lstm.ln_hh(linear(h, self.w_hh)).add_(from_input)
+        return linear(h, self.w_hh, from_input)
 
     def _prepare_attention(self) -> None:
         """The value gate's constant; the query's gates and ``1/sqrt(d)`` in ``ln_query``'s gain and bias."""
@@ -263,7 +263,7 @@ class _Block:
         ring[:, slot] = sublayer.ln_mem(u)
         r = sublayer.ln_mid(u)
         query = F.layer_norm(
-            _linear(r, self.query_weight, sublayer.head.query.bias),
+            linear(r, self.query_weight, sublayer.head.query.bias),
             r.shape[1:],
             self.query_gain,
             self.query_bias,
@@ -290,10 +290,10 @@ class _Block:
         of ``y`` shared by both LayerNorms. Returns ``z [B, d]``."""
         ff = self.block.feed_forward
         normed = F.layer_norm(y, y.shape[1:], eps=ff.ln_ff.eps)
-        hidden = gelu(_linear(normed, self.up_weight, self.up_bias))
+        hidden = gelu(linear(normed, self.up_weight, self.up_bias))
         inner = (
             hidden.unflatten(-1, (-1, y.shape[1])).sum(-2)
             if ff.mlp is None
-            else _linear(hidden, self.down_weight, ff.mlp.down.bias)
+            else linear(hidden, self.down_weight, ff.mlp.down.bias)
         )
         return torch.addcmul(ff.ln_ff.bias, normed, ff.ln_ff.weight).add_(inner)
