@@ -18,8 +18,9 @@ Timed: ``time.perf_counter`` around one whole ``compress`` call and one whole
 ``decompress`` call (the input already in memory, the checkpoint already loaded; in
 online mode the fixed-seed model is built inside both timed regions, as ``decompress``
 builds it). The sharnn rows run once each (they are long and deterministic);
-the baselines take the median of 3 repeats. Everything runs on CPU, with torch's
-thread count as set by ``OMP_NUM_THREADS``.
+the baselines take the median of 3 repeats. Everything runs on CPU; sharnn codes on
+``--threads`` torch threads (default 1, as ``sharnn compress``), and online mode on
+``--online-streams`` streams (default: ``sharnn compress --online``'s).
 
 Per position (with ``--model``, an SHA-RNN; :func:`measure_positions`): for every ``B`` of
 ``--batch``, the milliseconds one position of ``B`` streams takes, on one thread
@@ -38,8 +39,9 @@ of the step (issue 22) are judged against the floor.
 
 Files (``--files``): ``enwik8-head-test``, the test split of the bundled corpus (the last
 5%); ``enwik8-head``, the whole bundled file; ``wikitext2-test``, WikiText-2's raw test
-text (``--wikitext``; skipped with a note when absent). ``--limit N`` keeps each file's
-first N bytes.
+text (``--wikitext``; skipped with a note when absent); ``sharnn-docs``, English text of
+another kind: this repository's ``README.md`` and ``docs/*.md`` (in name order),
+joined. ``--limit N`` keeps each file's first N bytes.
 
     python benchmarks/compressors.py --model runs/enwik8 --streams 1 8 32 --no-online
     python benchmarks/compressors.py --files enwik8-head-test --limit 20000 bptt=64
@@ -77,6 +79,7 @@ from sharnn import SHARNN
 from sharnn.checkpoint import load_model
 from sharnn.compress import (
     BF16_PRODUCTS,
+    ONLINE_STREAMS,
     _Forward,  # how files of versions 1 and 2 decode: the model's forward on [1, B]
     compress,
     cpu_features,
@@ -96,7 +99,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ("enwik8-head-test", "enwik8-head", "wikitext2-test")
+FILES = ("enwik8-head-test", "enwik8-head", "wikitext2-test", "sharnn-docs")
 WIKITEXT = bundled_wikitext2() / "test.txt.gz"
 REPEATS = 3  # of each baseline; the median is reported
 CPU = torch.device("cpu")
@@ -118,6 +121,8 @@ def read_file(name: str, wikitext: Path) -> bytes | None:
         return load_corpus("enwik8-head").test.tobytes()
     if name == "enwik8-head":
         return enwik8_head()
+    if name == "sharnn-docs":
+        return b"".join(path.read_bytes() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     if not wikitext.is_file():
         print(f"note: {wikitext} is absent: skipping {name}")
         return None
@@ -377,7 +382,10 @@ def parse_arguments() -> tuple[argparse.Namespace, SHARNN | None, object]:
     parser.add_argument(
         "--streams", nargs="+", type=int, default=[8], help="streams B of the sharnn rows, one row each"
     )
-    parser.add_argument("--online-streams", type=int, default=8, help="streams B of online mode")
+    parser.add_argument(
+        "--online-streams", type=int, default=ONLINE_STREAMS, help="streams B of online mode [default: %(default)s]"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the sharnn rows [default: 1]")
     parser.add_argument("--no-online", action="store_true", help="skip online mode (slow on big files)")
     parser.add_argument(
         "--batch", nargs="+", type=int, default=[1, 8, 32, 128], help="B of the per-position section, one each"
@@ -392,8 +400,8 @@ def parse_arguments() -> tuple[argparse.Namespace, SHARNN | None, object]:
     args = parse_args_with_overrides(parser)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
-    if min(args.streams + [args.online_streams] + args.batch) < 1:
-        parser.error("streams (--streams, --online-streams, --batch) must be at least 1")
+    if min(args.streams + [args.online_streams, args.threads] + args.batch) < 1:
+        parser.error("streams (--streams, --online-streams, --batch) and --threads must be at least 1")
     if min(args.positions, args.repeats) < 1:
         parser.error("--positions and --repeats must be at least 1")
     if args.no_online and args.overrides:
@@ -423,7 +431,7 @@ def measure_files(args: argparse.Namespace, model: SHARNN | None, settings) -> t
                     name,
                     f"sharnn B={streams}",
                     data,
-                    lambda d, b=streams: compress(d, model, streams=b),
+                    lambda d, b=streams: compress(d, model, streams=b, threads=args.threads),
                     lambda blob: decompress(blob, model),
                 )
             )
@@ -433,7 +441,9 @@ def measure_files(args: argparse.Namespace, model: SHARNN | None, settings) -> t
                     name,
                     f"sharnn online B={args.online_streams}",
                     data,
-                    lambda d: compress(d, online_model(settings), streams=args.online_streams, online=settings),
+                    lambda d: compress(
+                        d, online_model(settings), streams=args.online_streams, threads=args.threads, online=settings
+                    ),
                     decompress,
                 )
             )
@@ -474,6 +484,7 @@ def main():
         "limit": args.limit,
         "model": args.model,
         "streams": args.streams,
+        "threads": args.threads,
         "online": None if settings is None else {"streams": args.online_streams, "overrides": args.overrides},
         "baseline_repeats": REPEATS,
         "rows": rows,

@@ -141,17 +141,28 @@ def test_per_position_section_skips_bf16_with_a_note_on_a_cpu_without_it(monkeyp
     ]
 
 
-def test_online_settings_benchmark_reports_each_setting_against_xz(tmp_path):
-    out = tmp_path / "result.json"
+def test_online_settings_benchmark_reports_each_setting_against_xz_and_resumes(tmp_path):
+    out, results = tmp_path / "result.json", tmp_path / "results.jsonl"
     settings = [" ".join(["2", *TINY_ONLINE]), " ".join(["1", *TINY_ONLINE, "lr=0.001"])]
-    command = [sys.executable, ROOT / "benchmarks" / "online_settings.py", "--bytes", "1500", "--json", out, *settings]
-    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = json.loads(out.read_text())["rows"]
+    script = ROOT / "benchmarks" / "online_settings.py"
+
+    def run(*settings: str) -> list[dict]:
+        command = [sys.executable, script, "--bytes", "1500", "--results", results, "--json", out, *settings]
+        done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=99)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(out.read_text())["rows"]
+
+    rows = run(*settings)
     assert [row["streams"] for row in rows] == [None, 2, 1]
-    assert rows[0]["settings"] == "xz -9e" and rows[2]["settings"].endswith("lr=0.001")
+    assert rows[0]["setting"] == "xz -9e" and rows[2]["setting"].endswith("lr=0.001")
     assert all(row["bits_per_byte"] > 0 for row in rows)
-    assert all(row["bytes_per_s"] > 0 for row in rows[1:])
+    assert all(row["compress_bytes_per_s"] > 0 and row["decompress_bytes_per_s"] > 0 for row in rows[1:])
+    assert all(row["file"] == "enwik8-head-test" and row["bytes"] == 1500 for row in rows[1:])
+    # a second search with one more setting runs only that one: the others are read back
+    third = " ".join(["1", *TINY_ONLINE, "bptt=8"])
+    again = run(*settings, third)
+    assert again[:3] == rows and again[3]["setting"] == third
+    assert [json.loads(line)["setting"] for line in results.read_text().splitlines()] == [*settings, third]
 
 
 @pytest.mark.skipif(not ONEDNN, reason="this torch has no oneDNN linear")
@@ -166,3 +177,20 @@ def test_the_onednn_floor_computes_what_the_floor_computes():
         expected, got = floor(tokens), onednn(tokens)
     assert got.shape == (4, 256)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_coding_threads_benchmark_times_each_thread_count_quiet_and_beside_a_neighbour(tmp_path):
+    out = tmp_path / "threads.json"
+    script = ROOT / "benchmarks" / "coding_threads.py"
+    command = [sys.executable, script, "--batch", "2", "--threads", "1", "2", "--positions", "2", "--repeats", "1"]
+    done = subprocess.run(
+        [str(c) for c in [*command, "--json", out]], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    rows = [(row["condition"], row["batch"], row["threads"]) for row in result["rows"]]
+    assert rows == [("quiet", 2, 1), ("quiet", 2, 2), ("neighbour", 2, 1), ("neighbour", 2, 2)]
+    for row in result["rows"]:
+        assert row["ms_per_position"] > 0 and row["bytes_per_s"] == pytest.approx(2000 / row["ms_per_position"])
+        assert row["threads"] != 1 or row["vs_first"] == 1
+    assert re.search(r"^neighbour +2 +2 +[\d.]+ +[\d,]+ +[\d.]+$", done.stdout, re.MULTILINE)

@@ -118,6 +118,17 @@ def test_online_mode_round_trip_without_a_model_file():
     assert 8 * len(payload) / len(data) < 5
 
 
+def test_online_mode_with_adamw_round_trips_and_records_its_optimizer():
+    config = online_config([*TINY_ONLINE, "optimizer=adamw", "lr=0.001"])
+    data = TEXT * 3
+    blob = compress(data, online_model(config), streams=2, online=config)
+    header = read_header(blob)[0]
+    assert header.online["optimizer"] == "adamw" and header.online["lr"] == 0.001
+    assert decompress(blob) == data
+    lamb = compress(data, online_model(online_config(TINY_ONLINE)), streams=2, online=online_config(TINY_ONLINE))
+    assert read_header(lamb)[0].online["optimizer"] == "lamb" and lamb != blob  # the optimizer changes the coding
+
+
 def test_header_records_streams_crcs_and_the_model(model):
     data = TEXT
     blob = coded(data, model, streams=3)
@@ -133,6 +144,16 @@ def test_header_records_streams_crcs_and_the_model(model):
 def test_default_streams_are_one_per_4_kib_up_to_64_and_online_has_its_own():
     assert [default_streams(n) for n in (0, 1, 4096, 4097, 100_000, 64 * 4096, 10**9)] == [1, 1, 1, 2, 25, 64, 64]
     assert default_streams(10**9, online=True) == default_streams(1, online=True) == compression.ONLINE_STREAMS
+
+
+def test_compress_help_states_the_default_streams():
+    result = cli("compress", "--help")
+    assert_ok(result)
+    stated = (
+        f"[default: one per {compression.BYTES_PER_STREAM // 1024} KiB of input, 1 to "
+        f"{compression.MAX_DEFAULT_STREAMS}; online: {compression.ONLINE_STREAMS}]"
+    )
+    assert stated in " ".join(result.stdout.split())
 
 
 def test_compress_codes_on_one_thread_by_default_and_records_the_count_given(model):
@@ -581,6 +602,17 @@ def _bf16(**environment) -> Callable[[dict], dict]:
 
 HOSTILE |= {
     "v3-without-precision": (3, _fields(precision=_DROP), "version-3 header lacks precision"),
+    "v3-online-without-optimizer": (
+        3,
+        lambda f: _fields(online={k: v for k, v in f["online"].items() if k != "optimizer"})(f),
+        "online settings have keys betas, bptt, clip, eps, lr, min_trust, model, seed,",
+    ),
+    "v2-online-with-optimizer": (
+        2,
+        lambda f: _fields(online=f["online"] | {"optimizer": "lamb"})(f),
+        "online settings have keys betas, bptt, clip, eps, lr, min_trust, model, optimizer,",
+    ),
+    "online-optimizer-sgd": (3, lambda f: _fields(online=f["online"] | {"optimizer": "sgd"})(f), "are invalid"),
     "v2-with-precision": (2, _fields(precision="fp32"), "version-2 header has unknown keys precision"),
     "precision-fp16": (3, _fields(precision="fp16"), 'precision is "fp16", not "fp32" or "bf16"'),
     "bf16-without-features": (3, _fields(precision="bf16"), "environment has keys cpu_capability, device,"),
@@ -610,8 +642,9 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     version, change, fragment = HOSTILE[case]
     header, payload = read_header(online_blob)
     fields = dataclasses.asdict(header)
-    if version < 3:
-        del fields["precision"]  # a key of version 3 only
+    if version < 3:  # keys of version 3 only
+        del fields["precision"]
+        del fields["online"]["optimizer"]
     text = change(fields)
     text = text if isinstance(text, bytes) else json.dumps(text).encode()
     packed, out = tmp_path / "hostile.shz", tmp_path / "out"

@@ -211,7 +211,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     default=None,
     type=click.IntRange(min=1),
     help="Contiguous pieces coded side by side: faster, each starts cold.  [default: one per 4 KiB of input, "
-    "1 to 64; online: 8]",
+    "1 to 64; online: 8]",  # sharnn.compress.default_streams (the help imports no torch)
 )
 @click.option(
     "--threads",

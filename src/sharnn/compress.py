@@ -101,8 +101,12 @@ _CPUINFO = Path("/proc/cpuinfo")
 # steps learn less from the same bytes (docs/compression.md, "Online mode").
 ONLINE_PRESET = "tiny"
 ONLINE_DEFAULTS = ("model.d_model=128", "model.boom_dim=512", "bptt=16", "warmup_steps=0", "lr=0.003")
-# The settings online mode uses, which its files record.
-ONLINE_KEYS = ("model", "bptt", "lr", "betas", "eps", "weight_decay", "min_trust", "clip", "warmup_steps", "seed")
+# The settings online mode uses, which its files record: files of version 3 all of them,
+# those of versions 1 and 2 all but the optimizer (theirs is Min-Trust LAMB).
+ONLINE_KEYS = (
+    "model", "optimizer", "bptt", "lr", "betas", "eps", "weight_decay", "min_trust", "clip", "warmup_steps", "seed"
+)  # fmt: skip
+_FORWARD_ONLINE_KEYS = tuple(key for key in ONLINE_KEYS if key != "optimizer")
 
 
 @dataclass
@@ -754,7 +758,7 @@ def _check_header(fields: object, version: int, name: str) -> Header:
         if problem:
             raise DataError(f"{name} is corrupt: its header's {problem}")
     if header.online is not None:
-        _check_online(header.online, name)
+        _check_online(header.online, ONLINE_KEYS if version == FORMAT_VERSION else _FORWARD_ONLINE_KEYS, name)
     return header
 
 
@@ -822,13 +826,13 @@ def _layout_problem(header: Header) -> str | None:
     return None
 
 
-def _check_online(settings: dict, name: str) -> None:
-    """A header's online settings: the :data:`ONLINE_KEYS`, a valid configuration, a model
-    of at most :data:`MAX_ONLINE_PARAMETERS` parameters; or :class:`DataError`."""
-    if settings.keys() != set(ONLINE_KEYS):
+def _check_online(settings: dict, keys: tuple[str, ...], name: str) -> None:
+    """A header's online settings: exactly ``keys`` (its version's), a valid configuration,
+    a model of at most :data:`MAX_ONLINE_PARAMETERS` parameters; or :class:`DataError`."""
+    if settings.keys() != set(keys):
         raise DataError(
             f"{name} is corrupt: its header's online settings have keys {', '.join(sorted(settings))}, "
-            f"not {', '.join(sorted(ONLINE_KEYS))}"
+            f"not {', '.join(sorted(keys))}"
         )
     try:
         _check_online_size(load_config(settings))

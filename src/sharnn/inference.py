@@ -39,8 +39,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import ConfigError
-from .model import SHARNN, Block, LayerNormLSTM, State, gelu
+from .model import SHARNN, Block, LayerNormLSTM, State
 
+GELU_SLOPE = 1.702  # the model's GELU, x sigmoid(1.702 x) (sharnn.model.gelu)
 TABLE_MAX_ROWS = 256  # a larger vocabulary gathers its embeddings instead: its table would cost more than it saves
 PRECISIONS = ("fp32", "bf16")  # fp32: the products in the parameters' dtype; bf16: in bfloat16
 
@@ -168,23 +169,26 @@ def _onednn_available() -> bool:
 ONEDNN = _onednn_available()  # chosen once: float32 products on the CPU through oneDNN, else F.linear
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """The step's matrix product: ``x @ weight^T + bias`` for ``x [B, k]``, ``weight [n, k]`` and ``bias`` (``[n]`` or
-    ``[B, n]``, or None): ``[B, n]`` in ``x``'s dtype (the parameters').
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, silu: bool = False) -> Tensor:
+    """The step's matrix product: ``x @ weight^T + bias`` for ``x [B, k]``, ``weight
+    [n, k]`` and ``bias`` (``[n]`` or ``[B, n]``, or None): ``[B, n]`` in ``x``'s dtype (the
+    parameters'); with ``silu``, ``silu`` of that.
 
-    A float32 product on the CPU runs through oneDNN where torch has it (:data:`ONEDNN`):
-    ``F.linear`` calls MKL, which on this project's AMD CPU runs about half as fast at
-    ``B`` = 8 to 128 (docs/compression.md, "The step"). A bfloat16 ``weight`` multiplies
-    ``x`` rounded to bfloat16, its result rounded to bfloat16, then widened and the bias
-    added in float32."""
+    A float32 product on the CPU runs through oneDNN where torch has it (:data:`ONEDNN`),
+    the silu in the product itself (oneDNN's ``swish`` post-op): ``F.linear`` calls MKL,
+    which on this project's AMD CPU runs about half as fast at ``B`` = 8 to 128
+    (docs/compression.md, "The step"). A bfloat16 ``weight`` multiplies ``x`` rounded to
+    bfloat16, its result rounded to bfloat16, then widened and the bias added in float32."""
     if weight.dtype != x.dtype:
         product = F.linear(x.to(weight.dtype), weight)
-        return product.to(x.dtype) if bias is None else bias.add(product)
-    if not (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32):
-        return F.linear(x, weight, bias)
-    if bias is not None and bias.dim() == 2:  # a bias per row: added after the product
-        return torch.ops.mkldnn._linear_pointwise.binary(x, bias, weight, None, "add")
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        result = product.to(x.dtype) if bias is None else bias.add(product)
+    elif not (ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32):
+        result = F.linear(x, weight, bias)
+    elif bias is not None and bias.dim() == 2:  # a bias per row: added after the product
+        result = torch.ops.mkldnn._linear_pointwise.binary(x, bias, weight, None, "add")
+    else:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "swish" if silu else "none", [], "")
+    return F.silu(result) if silu else result
 
 
 class _Block:
@@ -277,23 +281,24 @@ class _Block:
         return torch.addcmul(r, self.value_gate, torch.bmm(probs, memory).squeeze(1).to(r.dtype))
 
     def _prepare_feed_forward(self) -> None:
-        """``LN_xff``'s gain and bias folded into the first product (``up``: the Boom's or the MLP's)."""
+        """``LN_xff``'s gain and bias folded into the first product (``up``: the Boom's or
+        the MLP's), and the GELU's slope: ``gelu(z) = silu(1.702 z) / 1.702``, the product
+        scaled by 1.702, the ``1 / 1.702`` after the Boom's sum (or in the MLP's ``down``)."""
         ff = self.block.feed_forward
         up = ff.boom.linear if ff.mlp is None else ff.mlp.up
-        self.up_weight = up.weight * ff.ln_xff.weight
-        self.up_bias = F.linear(ff.ln_xff.bias, up.weight, up.bias)
+        self.up_weight = up.weight * ff.ln_xff.weight * GELU_SLOPE
+        self.up_bias = F.linear(ff.ln_xff.bias, up.weight, up.bias) * GELU_SLOPE
         if ff.mlp is not None:
-            self.down_weight = ff.mlp.down.weight
+            self.down_weight = ff.mlp.down.weight / GELU_SLOPE
 
     def feed_forward(self, y: Tensor) -> Tensor:
         """``z = LN_ff(y) + Boom(LN_xff(y))`` (or the MLP) for ``y [B, d]``, one normalisation
         of ``y`` shared by both LayerNorms. Returns ``z [B, d]``."""
         ff = self.block.feed_forward
         normed = F.layer_norm(y, y.shape[1:], eps=ff.ln_ff.eps)
-        hidden = gelu(linear(normed, self.up_weight, self.up_bias))
-        inner = (
-            hidden.unflatten(-1, (-1, y.shape[1])).sum(-2)
-            if ff.mlp is None
-            else linear(hidden, self.down_weight, ff.mlp.down.bias)
-        )
+        hidden = linear(normed, self.up_weight, self.up_bias, silu=True)  # 1.702 gelu(up(LN_xff(y)))
+        if ff.mlp is None:
+            inner = hidden.unflatten(-1, (-1, y.shape[1])).sum(-2).div_(GELU_SLOPE)
+        else:
+            inner = linear(hidden, self.down_weight, ff.mlp.down.bias)
         return torch.addcmul(ff.ln_ff.bias, normed, ff.ln_ff.weight).add_(inner)
