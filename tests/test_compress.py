@@ -36,7 +36,14 @@ from sharnn.compress import (
 from sharnn.errors import CheckpointError, ConfigError, DataError
 
 TEXT = ("Ünïcödé ✓ — 日本語のテキスト, emoji 🙂, and plain ASCII.\n" * 12).encode("utf-8")
-TINY_ONLINE = ["model.d_model=32", "model.boom_dim=64", "model.attention_span=48", "bptt=16"]
+TINY_ONLINE = [
+    "model.d_model=32",
+    "model.boom_dim=64",
+    "model.attention_span=48",
+    "bptt=16",
+    "optimizer=lamb",
+    "lr=0.003",
+]
 DATA = Path(__file__).parent / "data"
 
 
