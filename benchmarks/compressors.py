@@ -24,7 +24,8 @@ the baselines take the median of 3 repeats. Everything runs on CPU; sharnn codes
 
 Per position (with ``--model``, an SHA-RNN; :func:`measure_positions`): for every ``B`` of
 ``--batch``, the milliseconds one position of ``B`` streams takes, on one thread
-(``torch.set_num_threads(1)`` for the section), the median of ``--repeats`` runs of
+(``torch.set_num_threads(1)`` for the section), the median of ``--repeats`` rounds (each
+path in turn, so that all meet the same machine) of
 ``--positions`` positions, after the attention memory has filled (``attention_span``
 positions, untimed): ``forward``, the model's forward on a ``[1, B]`` window carrying its
 state, what files of versions 1 and 2 decode with; ``step fp32`` and ``step bf16``,
@@ -246,19 +247,22 @@ def generation_position(model: SHARNN, streams: int, positions: int):
     return lambda tokens: next(samples)
 
 
-def position_ms(run, streams: int, vocab: int, warmup: int, positions: int, repeats: int) -> float:
-    """Milliseconds of one call ``run(tokens)`` (``tokens [streams]``, seeded random ids
-    below ``vocab``): the median over ``repeats`` runs of ``positions`` calls, after
-    ``warmup`` untimed calls."""
+def positions_ms(paths: dict, streams: int, vocab: int, warmup: int, positions: int, repeats: int) -> dict:
+    """Milliseconds of one call ``run(tokens)`` of every path (``tokens [streams]``, seeded
+    random ids below ``vocab``): after ``warmup`` untimed calls of each, ``repeats``
+    rounds in which each path in turn runs ``positions`` calls, so that every path meets
+    the same machine; per path, the median round's time over ``positions``."""
     generator = torch.Generator().manual_seed(0)
-    tokens = iter(torch.randint(0, vocab, (warmup + positions * repeats, streams), generator=generator))
-
-    def calls(n: int) -> None:
-        for _ in range(n):
-            run(next(tokens))
-
-    calls(warmup)
-    return 1000 * median(time_repeats(lambda: calls(positions), CPU, repeats)) / positions
+    tokens = torch.randint(0, vocab, (warmup + positions * repeats, streams), generator=generator)
+    for run in paths.values():
+        for row in tokens[:warmup]:
+            run(row)
+    times = {path: [] for path in paths}
+    for r in range(repeats):
+        rows = tokens[warmup + r * positions : warmup + (r + 1) * positions]
+        for path, run in paths.items():
+            times[path] += time_repeats(lambda run=run, rows=rows: [run(row) for row in rows], CPU, 1)
+    return {path: 1000 * median(seconds) / positions for path, seconds in times.items()}
 
 
 def bf16_note() -> str | None:
@@ -300,7 +304,7 @@ def measure_positions(model: SHARNN, batches: list[int], positions: int, repeats
             print(f"per position: B={streams} ...", file=sys.stderr, flush=True)
             paths = position_paths(model, streams, warmup + positions * repeats, note is None)
             vocab = model.config.vocab_size
-            ms = {path: position_ms(run, streams, vocab, warmup, positions, repeats) for path, run in paths.items()}
+            ms = positions_ms(paths, streams, vocab, warmup, positions, repeats)
             rows += [
                 {
                     "batch": streams,

@@ -148,8 +148,8 @@ def test_header_records_streams_crcs_and_the_model(model):
     assert header.environment["device"] == "cpu" and header.environment["threads"] == torch.get_num_threads()
 
 
-def test_default_streams_are_one_per_4_kib_up_to_64_and_online_has_its_own():
-    assert [default_streams(n) for n in (0, 1, 4096, 4097, 100_000, 64 * 4096, 10**9)] == [1, 1, 1, 2, 25, 64, 64]
+def test_default_streams_are_one_per_8_kib_up_to_32_and_online_has_its_own():
+    assert [default_streams(n) for n in (0, 1, 8192, 8193, 100_000, 32 * 8192, 10**9)] == [1, 1, 1, 2, 13, 32, 32]
     assert default_streams(10**9, online=True) == default_streams(1, online=True) == compression.ONLINE_STREAMS
 
 
@@ -164,7 +164,7 @@ def test_compress_help_states_the_default_streams():
 
 
 def test_compress_codes_on_one_thread_by_default_and_records_the_count_given(model):
-    data = TEXT * 5  # 4,500 bytes: two streams by default
+    data = TEXT * 10  # 9,000 bytes: two streams by default
     before = torch.get_num_threads()
     header = read_header(compress(data, model))[0]
     assert header.environment["threads"] == 1 and header.streams == default_streams(len(data)) == 2

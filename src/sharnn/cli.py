@@ -210,8 +210,8 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     "--streams",
     default=None,
     type=click.IntRange(min=1),
-    help="Contiguous pieces coded side by side: faster, each starts cold.  [default: one per 4 KiB of input, "
-    "1 to 64; online: 8]",  # sharnn.compress.default_streams (the help imports no torch)
+    help="Contiguous pieces coded side by side: faster, each starts cold.  [default: one per 8 KiB of input, "
+    "1 to 32; online: 8]",  # sharnn.compress.default_streams (the help imports no torch)
 )
 @click.option(
     "--threads",

@@ -82,10 +82,11 @@ _PROGRESS_EVERY = 256  # positions between progress updates
 
 # Default streams in model mode: one per BYTES_PER_STREAM bytes of input, at most
 # MAX_DEFAULT_STREAMS. Each stream costs a cold start and its CRC32 in the header, about
-# 15 bytes; beyond 64 a position costs about as much per stream as it saves
-# (docs/compression.md, "Streams and threads").
-BYTES_PER_STREAM = 4096
-MAX_DEFAULT_STREAMS = 64
+# 15 bytes with the tiny model (0.7% of what 8 KiB of text codes to); past 32 streams a
+# position costs nearly as much per stream as it saves (docs/compression.md, "Streams
+# and threads").
+BYTES_PER_STREAM = 8192
+MAX_DEFAULT_STREAMS = 32
 ONLINE_STREAMS = 8  # online mode's default (ONLINE_DEFAULTS)
 
 # The CPU features bf16 products depend on, as /proc/cpuinfo names them: those that decide
