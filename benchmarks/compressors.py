@@ -9,8 +9,9 @@ Compressors: ``gzip -9`` (``gzip.compress(data, 9)``), ``bzip2 -9`` (``bz2.compr
 9)``), ``xz -9e`` (``lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)``), ``zstd -19``
 (``zstandard.ZstdCompressor(level=19)``), all measured in the same run; ``sharnn B=N``,
 ``sharnn.compress.compress(data, model, streams=N)`` with the checkpoint of ``--model``,
-one row per ``--streams`` value; ``sharnn online B=N``, online mode (no model file: a
-fixed-seed model of ``sharnn.compress.online_config(overrides)`` learns from the bytes
+one row per ``--streams`` value and ``--precision`` (``sharnn B=N bf16``:
+``precision="bf16"``); ``sharnn online B=N``, online mode (no model file: a fixed-seed
+model of ``sharnn.compress.online_config(overrides)`` learns from the bytes
 already coded). sharnn's sizes include its file header (JSON, a few hundred bytes, also
 reported as ``header_bytes``).
 
@@ -390,6 +391,9 @@ def parse_arguments() -> tuple[argparse.Namespace, SHARNN | None, object]:
         "--online-streams", type=int, default=ONLINE_STREAMS, help="streams B of online mode [default: %(default)s]"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the sharnn rows [default: 1]")
+    parser.add_argument(
+        "--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32"], help="of the sharnn model rows, each"
+    )
     parser.add_argument("--no-online", action="store_true", help="skip online mode (slow on big files)")
     parser.add_argument(
         "--batch", nargs="+", type=int, default=[1, 8, 32, 128], help="B of the per-position section, one each"
@@ -429,16 +433,19 @@ def measure_files(args: argparse.Namespace, model: SHARNN | None, settings) -> t
         files[name] = len(data)
         for compressor, (encode, decode) in BASELINES.items():
             rows.append(measure(name, compressor, data, encode, decode, REPEATS))
-        for streams in args.streams if model is not None else []:
-            rows.append(
-                measure_sharnn(
-                    name,
-                    f"sharnn B={streams}",
-                    data,
-                    lambda d, b=streams: compress(d, model, streams=b, threads=args.threads),
-                    lambda blob: decompress(blob, model),
+        for precision in args.precision if model is not None else []:
+            for streams in args.streams:
+                rows.append(
+                    measure_sharnn(
+                        name,
+                        f"sharnn B={streams}" + (" bf16" if precision == "bf16" else ""),
+                        data,
+                        lambda d, b=streams, p=precision: compress(
+                            d, model, streams=b, threads=args.threads, precision=p
+                        ),
+                        lambda blob: decompress(blob, model),
+                    )
                 )
-            )
         if settings is not None:
             rows.append(
                 measure_sharnn(
@@ -489,6 +496,7 @@ def main():
         "model": args.model,
         "streams": args.streams,
         "threads": args.threads,
+        "precision": args.precision,
         "online": None if settings is None else {"streams": args.online_streams, "overrides": args.overrides},
         "baseline_repeats": REPEATS,
         "rows": rows,

@@ -288,9 +288,9 @@ def compress(
         ``len(data)`` plus the header.
 
     Raises:
-        ConfigError: ``streams`` or ``threads`` < 1, a model that is not byte-level, a precision other
-            than fp32 and bf16, or bf16 for a Transformer, off the CPU or on a CPU
-            without bf16 instructions.
+        ConfigError: ``streams`` < 1, ``threads`` outside 1 to 1024, a model that is not
+            byte-level, a precision other than fp32 and bf16, or bf16 for a Transformer,
+            off the CPU or on a CPU without bf16 instructions.
     """
     if streams is None:
         streams = default_streams(len(data), online is not None)

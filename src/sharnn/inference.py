@@ -176,7 +176,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, silu: bool = F
 
     A float32 product on the CPU runs through oneDNN where torch has it (:data:`ONEDNN`),
     the silu in the product itself (oneDNN's ``swish`` post-op): ``F.linear`` calls MKL,
-    which on this project's AMD CPU runs about half as fast at ``B`` = 8 to 128
+    which on this project's AMD CPU took 1.4 to 1.9 times as long at ``B`` = 8 to 128
     (docs/compression.md, "The step"). A bfloat16 ``weight`` multiplies ``x`` rounded to
     bfloat16, its result rounded to bfloat16, then widened and the bias added in float32."""
     if weight.dtype != x.dtype:
