@@ -636,7 +636,8 @@ class _Forward:
 
 class _OnlineLearner:
     """Online mode's training: truncated BPTT over the windows already coded, with its
-    own recurrent state, Min-Trust LAMB and the config's warmup and clip."""
+    own recurrent state, the config's optimizer (AdamW by default online, or Min-Trust
+    LAMB), warmup and clip."""
 
     def __init__(self, model: SHARNN, config: TrainConfig, device: torch.device):
         self.model, self.config = model, config
