@@ -275,7 +275,7 @@ class _Block:
         )
         memory = ring[:, :filled]  # [B, n, d], in the ring's dtype (bf16 for precision bf16)
         # Both products as a row [B, 1, .] times a matrix: torch.bmm of a matrix times a
-        # column [B, ., 1] runs about ten times slower on the CPU (docs/compression.md).
+        # column [B, ., 1] is far slower on the CPU (docs/compression.md, "The step").
         scores = torch.bmm(query.unsqueeze(1).to(ring.dtype), memory.transpose(1, 2)).to(r.dtype)  # [B, 1, n]
         probs = torch.softmax(scores, dim=2).to(ring.dtype)
         return torch.addcmul(r, self.value_gate, torch.bmm(probs, memory).squeeze(1).to(r.dtype))
