@@ -77,12 +77,12 @@ from filelock import FileLock
 from scipy import stats
 
 from common import environment, print_table, read_metrics
-from sharnn.architectures import parameter_count
-from sharnn.config import load_config
-from sharnn.data import load_corpus
+from sharnn.config import config_changes, load_config
+from sharnn.data.corpus import load_corpus
 from sharnn.errors import SharnnError
 from sharnn.files import Lock, LockError, Terminated, sigterm_raises, write_atomically
-from sharnn.run_folder import LOCK_FILE, config_changes, read_summary
+from sharnn.models.build import parameter_count
+from sharnn.training.run_folder import LOCK_FILE, read_summary
 
 GRID = Path(__file__).resolve().parent / "ablations.yaml"
 AT_STEP = 300  # the report's per-step comparison: every variant of the bundled grid gets past it

@@ -18,7 +18,7 @@ check fails, 0 when all pass.
     over parameters, and the worst one's name); the state carried out of the window
     (memory, LSTM h and c; worst block).
 
-(b) Training. The real recipe, ``sharnn.train.train``, runs twice into a temporary
+(b) Training. The real recipe, ``sharnn.training.trainer.train``, runs twice into a temporary
     folder from the same seed (so from the same init, with the preset's dropout,
     Min-Trust LAMB and learning-rate schedule): the eager path in fp32
     (``fast_path=off precision=fp32``) and the fast path in bf16 (``fast_path=on
@@ -81,9 +81,9 @@ import torch.nn.functional as F
 from common import environment, parse_args_with_overrides, print_table, random_windows, read_metrics, write_json
 from sharnn import SHARNN, load_config
 from sharnn.errors import ConfigError, TrainingDiverged
-from sharnn.model import Attention
+from sharnn.models.sharnn import Attention
 from sharnn.runtime import Runtime, resolve_device
-from sharnn.train import train
+from sharnn.training.trainer import train
 
 # ----------------------------------------------------------------------------- thresholds
 #
@@ -327,7 +327,7 @@ def training_configs(preset: str, overrides: list[str], device: torch.device, st
 
 
 def train_run(config, run_dir: Path) -> tuple[list[float], float, float]:
-    """One ``sharnn.train.train`` run of ``config`` into ``run_dir``: its per-step training
+    """One ``sharnn.training.trainer.train`` run of ``config`` into ``run_dir``: its per-step training
     losses (nats, from ``metrics.jsonl``), its training seconds (``summary.json``) and
     tokens/s (the median of its logged steps). A run that diverges ends its losses with a
     NaN (so the check fails) and has NaN seconds."""

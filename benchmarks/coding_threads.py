@@ -1,5 +1,5 @@
 """How many torch threads the coding step should run on: one position of
-``sharnn.inference.Step`` (fp32) per thread count and stream count, on a quiet machine
+``sharnn.models.step.Step`` (fp32) per thread count and stream count, on a quiet machine
 and beside a neighbour that keeps one core busy.
 
 For every ``B`` of ``--batch`` and every thread count of ``--threads``, the step runs
@@ -29,10 +29,10 @@ import torch
 
 from common import environment, median, print_table, time_repeats, write_json
 from sharnn import SHARNN
-from sharnn.checkpoint import load_model
-from sharnn.compress import torch_threads
+from sharnn.coding.environment import torch_threads
 from sharnn.config import load_config
-from sharnn.inference import Step
+from sharnn.models.step import Step
+from sharnn.training.checkpoint import load_model
 
 CPU = torch.device("cpu")
 NEIGHBOUR = """

@@ -142,7 +142,7 @@ def write_json(result: dict, default_name: str, path: str | None) -> Path:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """The records of a ``sharnn.train.train`` run's ``metrics.jsonl``, in order."""
+    """The records of a ``sharnn.training.trainer.train`` run's ``metrics.jsonl``, in order."""
     lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines if line.strip()]
 

@@ -1,4 +1,4 @@
-"""Lossless compression by the model (``sharnn.compress``) next to gzip, bzip2, xz and zstd.
+"""Lossless compression by the model (``sharnn.coding.codec``) next to gzip, bzip2, xz and zstd.
 
 For each file and compressor: the compressed size in bytes, the bits per byte
 (8 * size / original size), the compression and decompression speed in original bytes
@@ -8,10 +8,10 @@ difference stops the script with exit status 1).
 Compressors: ``gzip -9`` (``gzip.compress(data, 9)``), ``bzip2 -9`` (``bz2.compress(data,
 9)``), ``xz -9e`` (``lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)``), ``zstd -19``
 (``zstandard.ZstdCompressor(level=19)``), all measured in the same run; ``sharnn B=N``,
-``sharnn.compress.compress(data, model, streams=N)`` with the checkpoint of ``--model``,
+``sharnn.coding.codec.compress(data, model, streams=N)`` with the checkpoint of ``--model``,
 one row per ``--streams`` value and ``--precision`` (``sharnn B=N bf16``:
 ``precision="bf16"``); ``sharnn online B=N``, online mode (no model file: a fixed-seed
-model of ``sharnn.compress.online_config(overrides)`` learns from the bytes
+model of ``sharnn.coding.online.online_config(overrides)`` learns from the bytes
 already coded). sharnn's sizes include its file header (JSON, a few hundred bytes, also
 reported as ``header_bytes``).
 
@@ -30,8 +30,8 @@ path in turn, so that all meet the same machine) of
 ``--positions`` positions, after the attention memory has filled (``attention_span``
 positions, untimed): ``forward``, the model's forward on a ``[1, B]`` window carrying its
 state, what files of versions 1 and 2 decode with; ``step fp32`` and ``step bf16``,
-:class:`sharnn.inference.Step`, what version 3 codes with (bf16 skipped with a note on a
-CPU without bf16 instructions); ``generate``, one token of ``sharnn.generate.generate``
+:class:`sharnn.models.step.Step`, what version 3 codes with (bf16 skipped with a note on a
+CPU without bf16 instructions); ``generate``, one token of ``sharnn.generation.generate``
 (the step, then sampling; no I/O); ``floor``, the bare work of the same shapes at batch
 ``B``: ``n_layers`` ``torch.lstm_cell`` steps, as many Boom up-projections (``F.linear``,
 ``d`` to ``boom_dim``) and the output projection (``F.linear``, ``d`` to ``V``); ``floor
@@ -78,24 +78,15 @@ from common import (
     write_json,
 )
 from sharnn import SHARNN
-from sharnn.checkpoint import load_model
-from sharnn.compress import (
-    BF16_PRODUCTS,
-    ONLINE_STREAMS,
-    _Forward,  # how files of versions 1 and 2 decode: the model's forward on [1, B]
-    compress,
-    cpu_features,
-    decompress,
-    environment as coding_environment,
-    online_config,
-    online_model,
-    read_header,
-    torch_threads,
-)
-from sharnn.data import bundled_wikitext2, load_corpus
+from sharnn.coding.codec import compress, decompress
+from sharnn.coding.container import read_header
+from sharnn.coding.environment import BF16_PRODUCTS, cpu_features, environment as coding_environment, torch_threads
+from sharnn.coding.online import ONLINE_STREAMS, online_config, online_model
+from sharnn.data.corpus import bundled_wikitext2, load_corpus
 from sharnn.errors import SharnnError
-from sharnn.generate import generate
-from sharnn.inference import ONEDNN, Step, linear as step_linear
+from sharnn.generation import generate
+from sharnn.models.step import ONEDNN, ReferenceStep, Step, linear as step_linear
+from sharnn.training.checkpoint import load_model
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -202,7 +193,7 @@ def floor_position(model: SHARNN, streams: int, onednn: bool = False):
     steps (``d`` to ``4d`` gates, the state carried), as many Boom up-projections
     (``F.linear``, ``d`` to ``boom_dim``) and the output projection (``F.linear``, ``d`` to
     ``V``), on seeded random fp32 weights of the model's shapes. With ``onednn``, the same
-    products through oneDNN as the step runs them (``sharnn.inference``'s), the cell's
+    products through oneDNN as the step runs them (``sharnn.models.step``'s), the cell's
     two gate products separate and its pointwise part in plain torch. Returns
     ``run(tokens)`` (``tokens`` unused: the floor has no embedding)."""
     config = model.config
@@ -239,7 +230,7 @@ def floor_position(model: SHARNN, streams: int, onednn: bool = False):
 
 
 def generation_position(model: SHARNN, streams: int, positions: int):
-    """``run(tokens)``: the next token of :func:`sharnn.generate.generate` for ``streams``
+    """``run(tokens)``: the next token of :func:`sharnn.generation.generate` for ``streams``
     streams from a prompt of one byte (``tokens`` unused: it samples its own); its first
     call feeds the prompt and prepares the step, every later one is one position: the
     step on the last tokens, then sampling. At most ``positions`` calls."""
@@ -281,7 +272,7 @@ def position_paths(model: SHARNN, streams: int, calls: int, bf16: bool) -> dict:
     if ONEDNN:
         paths["floor onednn"] = floor_position(model, streams, onednn=True)
     paths |= {
-        "forward": _Forward(model),
+        "forward": ReferenceStep(model),
         "step fp32": Step(model, streams),
     }
     if bf16:
@@ -403,7 +394,7 @@ def parse_arguments() -> tuple[argparse.Namespace, SHARNN | None, object]:
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/compression.json]")
     parser.add_argument("--plot", default=None, help="bar chart of bits per byte [default: the JSON's path with .png]")
     parser.add_argument(
-        "overrides", nargs="*", help="key=value settings of online mode (sharnn.compress.online_config)"
+        "overrides", nargs="*", help="key=value settings of online mode (sharnn.coding.online.online_config)"
     )
     args = parse_args_with_overrides(parser)
     if args.limit is not None and args.limit < 1:

@@ -9,12 +9,12 @@ and generation bytes/s, per execution path (``--paths``, as in ``train_throughpu
 Each path's model is built and prepared by the path's ``sharnn.runtime.Runtime``
 (``common.PATHS``), from the preset's seed.
 
-Evaluation (``--eval-streams`` parallel streams): the loop of ``sharnn.evaluate.evaluate``
-(model.eval(), no grad, ``sharnn.evaluate.window_nll`` on each ``[T = bptt, B]`` window:
+Evaluation (``--eval-streams`` parallel streams): the loop of ``sharnn.evaluation.evaluate``
+(model.eval(), no grad, ``sharnn.evaluation.window_nll`` on each ``[T = bptt, B]`` window:
 forward under the runtime's autocast carrying state and memory, summed cross-entropy
 kept on the device) on seeded random bytes; the memory is filled first.
 
-Generation (``--gen-streams`` parallel streams): ``sharnn.generate.generate``
+Generation (``--gen-streams`` parallel streams): ``sharnn.generation.generate``
 (temperature 1, no top-k/top-p, as ``sharnn generate``) first feeds a prompt of
 ``attention_span`` random bytes per stream, so the memory is full, then generates a few
 bytes to warm up, then ``--gen-bytes`` timed bytes per stream, ``--repeats`` times. With
@@ -57,8 +57,8 @@ from common import (
     torch_settings,
     write_json,
 )
-from sharnn.evaluate import window_nll
-from sharnn.generate import generate
+from sharnn.evaluation import window_nll
+from sharnn.generation import generate
 
 INFERENCE_PATHS = ["fast", "fast-nocompile", "eager"]
 GEN_WARMUP_BYTES = 8  # after the prompt: the T = 1 shapes compile here

@@ -1,9 +1,9 @@
 """Which settings of online compression learn most from each byte, and at what speed.
 
 Each setting is a stream count followed by ``key=value`` overrides of
-``sharnn.compress.online_config``. Each runs once on ``--file`` (one of
+``sharnn.coding.online.online_config``. Each runs once on ``--file`` (one of
 ``compressors.py``'s files, its first ``--bytes`` bytes with ``--bytes``), on
-``--threads`` torch threads: ``sharnn.compress.compress``, then ``decompress``, whose
+``--threads`` torch threads: ``sharnn.coding.codec.compress``, then ``decompress``, whose
 output must equal the input (``--no-decompress`` skips it). Reported: the payload's bits
 per byte (the file header left out, so that short inputs compare fairly) and original
 bytes per second of each direction, timed with ``time.perf_counter`` around the call,
@@ -31,7 +31,9 @@ import torch
 
 from common import environment, print_table, write_json
 from compressors import FILES, WIKITEXT, read_file
-from sharnn.compress import compress, decompress, online_config, online_model, read_header
+from sharnn.coding.codec import compress, decompress
+from sharnn.coding.container import read_header
+from sharnn.coding.online import online_config, online_model
 from sharnn.errors import SharnnError
 
 

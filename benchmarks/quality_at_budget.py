@@ -1,7 +1,7 @@
 """Quality at a fixed time budget: train presets or settings for the same wall-clock time
 and compare their validation BPC against seconds.
 
-Each run is a whole ``sharnn.train.train`` run into its own folder, stopped by
+Each run is a whole ``sharnn.training.trainer.train`` run into its own folder, stopped by
 ``max_seconds = 60 * --minutes`` alone: ``max_steps=0`` and ``epochs=1000`` are set first
 (any of the trailing overrides or ``--set`` may change them, and the run may then stop
 earlier: the ``stopped by`` column says). As ``TrainConfig.max_seconds`` counts it, the
@@ -51,7 +51,7 @@ from common import RESULTS, environment, print_table, read_metrics, stop_reason,
 from sharnn import load_config
 from sharnn.errors import SharnnError, TrainingDiverged
 from sharnn.runtime import resolve_device
-from sharnn.train import train
+from sharnn.training.trainer import train
 
 # Set before the user's overrides, so that the budget is what stops a run.
 BUDGET_DEFAULTS = ["max_steps=0", "epochs=1000", "sample_bytes=0"]

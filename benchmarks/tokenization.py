@@ -76,9 +76,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from common import environment, print_table, read_metrics, stop_reason, write_json
-from sharnn.config import load_config
+from sharnn.config import config_changes, load_config
 from sharnn.errors import SharnnError
-from sharnn.run_folder import config_changes
 from sharnn.runtime import resolve_device
 
 DEFAULT_TOKENIZERS = "bytes,bpe:1000,bpe:8000,words"

@@ -1,9 +1,9 @@
 """Training throughput (tokens/s) and peak GPU memory of the SHA-RNN, per preset, number
 of streams and execution path, next to the floor: the bare LSTM stack alone.
 
-Every row is one real training step repeated (``sharnn.recipe.train_step``: forward under
+Every row is one real training step repeated (``sharnn.training.recipe.train_step``: forward under
 the runtime's autocast, cross-entropy, backward, gradient clip, the optimizer of
-``sharnn.recipe.build_optimizer``, Min-Trust LAMB), on windows of ``T = bptt`` seeded
+``sharnn.training.recipe.build_optimizer``, Min-Trust LAMB), on windows of ``T = bptt`` seeded
 random bytes in ``--streams`` parallel streams (no jitter, no corpus), the LSTM state and
 attention memory carried between windows. The model is built and prepared by the
 path's ``sharnn.runtime.Runtime`` (``common.PATHS``), as ``sharnn train`` does; the loss
@@ -66,8 +66,8 @@ from common import (
     torch_settings,
     write_json,
 )
-from sharnn.recipe import build_optimizer, train_step
 from sharnn.runtime import Runtime
+from sharnn.training.recipe import build_optimizer, train_step
 
 DEFAULT_PRESETS = ["enwik8-paper", "enwik8-paper-4head", "enwik8-paper-noattn"]
 FLOOR_WARMUP = 3

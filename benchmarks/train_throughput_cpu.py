@@ -3,9 +3,9 @@
 The bare stack is the floor: the same ``nn.Embedding``, ``nn.LSTM`` and ``nn.Linear``
 layers (Boom up-projection with its chunk sum, the attention's query projection), the
 same tied softmax, but no LayerNorms, no attention over the memory, no gates and no
-dropout. Both train with the same code, ``sharnn.recipe.train_step`` (forward under the
+dropout. Both train with the same code, ``sharnn.training.recipe.train_step`` (forward under the
 runtime's autocast, cross-entropy, backward, gradient clip, optimizer step, the state
-carried and detached), with the optimizer of ``sharnn.recipe.build_optimizer`` (Min-Trust
+carried and detached), with the optimizer of ``sharnn.training.recipe.build_optimizer`` (Min-Trust
 LAMB) and the loss scaler of the preset's ``sharnn.runtime.Runtime`` on CPU (what
 ``sharnn train device=cpu`` runs: fp32 and the eager path unless the preset says
 otherwise; the SHA-RNN is prepared by it). Both are timed in the same process,
@@ -32,17 +32,18 @@ import torch.nn.functional as F
 
 from common import print_table, time_repeats, write_json
 from sharnn import SHARNN, load_config, load_corpus
-from sharnn.data import batchify, get_batch
-from sharnn.model import State, run_lstm
-from sharnn.recipe import build_optimizer, train_step
+from sharnn.data.corpus import batchify, get_batch
+from sharnn.models.lstm import run_lstm
+from sharnn.models.sharnn import State
 from sharnn.runtime import Runtime
+from sharnn.training.recipe import build_optimizer, train_step
 
 
 class BareStack(nn.Module):
     """Embedding -> per block: LSTM -> [query Linear] -> Linear(d -> F) summed over F/d
     chunks -> tied logits. The same big layers as the SHA-RNN and nothing else; its
-    state is a :class:`sharnn.model.State` (LSTM states, no memory), so that
-    ``sharnn.recipe.train_step`` drives it as it drives the model."""
+    state is a :class:`sharnn.models.sharnn.State` (LSTM states, no memory), so that
+    ``sharnn.training.recipe.train_step`` drives it as it drives the model."""
 
     def __init__(self, model: SHARNN):
         super().__init__()
@@ -69,7 +70,7 @@ class BareStack(nn.Module):
 
 
 def make_step(model: nn.Module, config, runtime: Runtime):
-    """One training step of ``model`` per call, through ``sharnn.recipe.train_step``."""
+    """One training step of ``model`` per call, through ``sharnn.training.recipe.train_step``."""
     optimizer = build_optimizer(model, config)
     scaler = runtime.grad_scaler()
     state = None

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from sharnn.cli import main
-from sharnn.data import bundled_wikitext2
+from sharnn.data.corpus import bundled_wikitext2
 
 # WikiText-2 (tokenized v1), the copy bundled with the package: {train,valid,test}.txt.gz.
 WIKITEXT2 = bundled_wikitext2()
@@ -60,7 +60,7 @@ SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", 
 
 def write_small_corpus(path: Path, size: int = 60_000) -> Path:
     """The first ``size`` bytes of the bundled enwik8 head, as a plain file."""
-    from sharnn.data import load_corpus
+    from sharnn.data.corpus import load_corpus
 
     path.write_bytes(bytes(load_corpus("enwik8-head").train[:size]))
     return path
@@ -103,7 +103,7 @@ def ctrl_c_as_at_a_terminal() -> None:
 
 
 def sharnn_process(*args: str, preexec_fn=None, **popen_kwargs) -> subprocess.Popen:
-    """Start ``python -m sharnn.cli ARGS`` as a real process (stdout/stderr piped), with
+    """Start ``python -m sharnn ARGS`` as a real process (stdout/stderr piped), with
     Ctrl-C as at a terminal (:func:`ctrl_c_as_at_a_terminal`), then ``preexec_fn``."""
 
     def before_start() -> None:
@@ -112,7 +112,7 @@ def sharnn_process(*args: str, preexec_fn=None, **popen_kwargs) -> subprocess.Po
             preexec_fn()
 
     return subprocess.Popen(
-        [sys.executable, "-m", "sharnn.cli", *[str(a) for a in args]],
+        [sys.executable, "-m", "sharnn", *[str(a) for a in args]],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

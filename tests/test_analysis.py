@@ -14,7 +14,6 @@ import torch
 from helpers import WIKITEXT2, assert_ok, assert_user_error, cli, shared_run
 from sharnn.analysis import (
     analyze,
-    format_report,
     frequency_table,
     label_bytes,
     naive_conversion,
@@ -24,13 +23,14 @@ from sharnn.analysis import (
     text_counts,
     token_scores,
     word_counts,
-    write_report,
 )
-from sharnn.data import read_bytes
+from sharnn.analysis_report import format_report, write_report
+from sharnn.data.corpus import read_bytes
+from sharnn.data.tokenizer import BPETokenizer, ByteTokenizer, WordTokenizer
 from sharnn.errors import DataError
-from sharnn.evaluate import evaluate
-from sharnn.model import SHARNN, SHARNNConfig
-from sharnn.tokenizer import BPETokenizer, ByteTokenizer, WordTokenizer
+from sharnn.evaluation import evaluate
+from sharnn.models.config import SHARNNConfig
+from sharnn.models.sharnn import SHARNN
 
 TEXT = b" ab  c\n\xc3\xa9x\n"  # characters: ' ' a b ' ' ' ' c '\n' é x '\n' (é is 2 bytes)
 

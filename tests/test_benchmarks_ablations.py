@@ -20,8 +20,8 @@ import yaml
 
 import ablations as ab  # benchmarks/ablations.py, through pyproject's pythonpath
 from helpers import SUBPROCESS_ENV, assert_ok, cli, metrics, wait_for, write_small_corpus
-from sharnn.architectures import parameter_count
 from sharnn.config import TrainConfig, load_config
+from sharnn.models.build import parameter_count
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "ablations.py"

@@ -13,10 +13,10 @@ import torch
 
 from helpers import SMALL, SUBPROCESS_ENV
 from sharnn import SHARNN
-from sharnn.checkpoint import write_checkpoint
-from sharnn.compress import BF16_PRODUCTS, cpu_features
+from sharnn.coding.environment import BF16_PRODUCTS, cpu_features
 from sharnn.config import load_config
-from sharnn.inference import ONEDNN
+from sharnn.models.step import ONEDNN
+from sharnn.training.checkpoint import write_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_ONLINE = ["model.d_model=32", "model.boom_dim=64", "model.attention_span=48", "bptt=16"]

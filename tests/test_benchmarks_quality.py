@@ -25,8 +25,8 @@ CHECK_ARGS = ["--device", "cpu", "--no-compile", "--windows", "4", "--streams", 
 BROKEN_MASK = """
 import runpy, sys
 from torch.nn.attention.bias import causal_upper_left
-import sharnn.model
-sharnn.model.causal_lower_right = causal_upper_left
+import sharnn.models.sharnn
+sharnn.models.sharnn.causal_lower_right = causal_upper_left
 sys.path.insert(0, {benchmarks!r})
 sys.argv = ["check_fast_path.py", *sys.argv[1:]]
 runpy.run_path({script!r}, run_name="__main__")

@@ -1,4 +1,4 @@
-"""Checkpoints (src/sharnn/checkpoint.py): the folder format, a run's step folders with
+"""Checkpoints (src/sharnn/training/checkpoint.py): the folder format, a run's step folders with
 their ``latest`` and ``best`` links, clean-up, and the repair of ``best`` after a crash."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from helpers import SMALL, assert_ok, checkpoint_step, cli, sharnn_process, write_small_corpus
-from sharnn import checkpoint as checkpoint_module
-from sharnn.checkpoint import RunCheckpoints, read_checkpoint, read_info, write_checkpoint
 from sharnn.config import load_config
 from sharnn.errors import CheckpointError, RunError
-from sharnn.recipe import TrainingState, train_step
 from sharnn.runtime import Runtime
-from sharnn.train import train
+from sharnn.training import checkpoint as checkpoint_module
+from sharnn.training.checkpoint import RunCheckpoints, read_checkpoint, read_info, write_checkpoint
+from sharnn.training.recipe import TrainingState, train_step
+from sharnn.training.trainer import train
 
 CONFIG = load_config("tiny", SMALL + ["model.dropouth=0.1"])
 

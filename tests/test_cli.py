@@ -24,6 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import sharnn
 from helpers import (
     SMALL,
     SUBPROCESS_ENV,
@@ -38,14 +39,14 @@ from helpers import (
     sharnn_process,
     write_small_corpus,
 )
-from sharnn.checkpoint import load_model
 from sharnn.config import load_config, preset_names
-from sharnn.data import load_corpus, read_bytes
-from sharnn.evaluate import evaluate
-from sharnn.generate import generate
-from sharnn.inference import Step
+from sharnn.data.corpus import load_corpus, read_bytes
+from sharnn.data.tokenizer import ByteTokenizer
+from sharnn.evaluation import evaluate
+from sharnn.generation import generate
+from sharnn.models.step import Step
 from sharnn.progress import ProgressDisplay
-from sharnn.tokenizer import ByteTokenizer
+from sharnn.training.checkpoint import load_model
 
 
 @pytest.fixture(scope="module")
@@ -611,7 +612,7 @@ def test_help_version_and_usage_errors_do_not_import_torch():
         "print(codes, sharnn.__version__)\n"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "[0, 0, 0, 2] 0.2.0"
+    assert done.stdout.splitlines()[-1] == f"[0, 0, 0, 2] {sharnn.__version__}"
     assert done.stderr.splitlines() == [
         "error: No such option '--bogus'. Did you mean '--out'? (see `sharnn train --help`)"
     ]
@@ -623,13 +624,14 @@ def test_public_names_load_on_first_use_and_evaluate_is_the_function():
         "import sys, sharnn\n"
         "assert 'torch' not in sys.modules\n"
         "from sharnn import SHARNN, TrainingState, evaluate, generate\n"
-        "import sharnn.evaluate, sharnn.generate\n"
-        "assert sharnn.evaluate is evaluate and callable(evaluate) and sharnn.generate is generate\n"
+        "import sharnn.evaluation, sharnn.generation\n"
+        "assert sharnn.evaluate is evaluate is sharnn.evaluation.evaluate and callable(evaluate)\n"
+        "assert sharnn.generate is generate is sharnn.generation.generate\n"
         "assert all(getattr(sharnn, name) is not None for name in sharnn.__all__)\n"
         "assert set(sharnn.__all__) <= set(dir(sharnn))\n"
         # submodules, as an eager package has them
-        "assert sharnn.checkpoint.load_model.__module__ == 'sharnn.checkpoint'\n"
-        "assert callable(sharnn.compress.compress) and callable(sharnn.data.load_corpus)\n"
+        "assert sharnn.training.checkpoint.load_model.__module__ == 'sharnn.training.checkpoint'\n"
+        "assert callable(sharnn.coding.codec.compress) and callable(sharnn.data.corpus.load_corpus)\n"
         "try:\n"
         "    sharnn.nothing\n"
         "except AttributeError as e:\n"
@@ -637,7 +639,7 @@ def test_public_names_load_on_first_use_and_evaluate_is_the_function():
         "print(SHARNN.__module__, TrainingState.__module__)\n"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["sharnn.model", "sharnn.recipe"]
+    assert done.stdout.split() == ["sharnn.models.sharnn", "sharnn.training.recipe"]
 
 
 def test_version_in_a_real_process():

@@ -19,21 +19,17 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-import sharnn.compress as compression
+import sharnn.coding.codec as codec
+import sharnn.coding.container as container
+import sharnn.coding.environment as coding_environment
+import sharnn.coding.online as online_mode
 from helpers import assert_ok, assert_user_error, cli, shared_run
-from sharnn.checkpoint import load_model
-from sharnn.compress import (
-    START_BYTE,
-    compress,
-    decompress,
-    default_streams,
-    model_sha256,
-    online_config,
-    online_model,
-    read_header,
-    stream_lengths,
-)
+from sharnn.coding.codec import START_BYTE, compress, decompress, default_streams, stream_lengths
+from sharnn.coding.container import read_header
+from sharnn.coding.online import online_config, online_model
 from sharnn.errors import CheckpointError, ConfigError, DataError
+from sharnn.models.build import model_sha256
+from sharnn.training.checkpoint import load_model
 
 TEXT = ("Ünïcödé ✓ — 日本語のテキスト, emoji 🙂, and plain ASCII.\n" * 12).encode("utf-8")
 TINY_ONLINE = [
@@ -49,8 +45,8 @@ DATA = Path(__file__).parent / "data"
 
 def coded(data: bytes, model, streams: int = 8, online=None) -> bytes:
     """The range-coded file of ``data``, never stored raw (to test the coder on any input)."""
-    header, payload = compression._code(data, model, streams=streams, online=online, progress=None)
-    return compression._pack(header) + payload
+    header, payload = codec.encode(data, model, streams=streams, online=online, progress=None)
+    return container.pack(header) + payload
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +98,7 @@ def test_round_trip_is_byte_exact(model, data, streams):
     assert header.length == len(data) and header.storage == "coded"
     assert header.streams == min(streams, len(data))
     smaller = compress(data, model, streams=streams)  # coded, or stored raw when that is smaller
-    assert len(smaller) == min(len(blob), len(data) + len(compression._pack(read_header(smaller)[0])))
+    assert len(smaller) == min(len(blob), len(data) + len(container.pack(read_header(smaller)[0])))
     assert decompress(smaller, model) == data
 
 
@@ -150,15 +146,15 @@ def test_header_records_streams_crcs_and_the_model(model):
 
 def test_default_streams_are_one_per_8_kib_up_to_32_and_online_has_its_own():
     assert [default_streams(n) for n in (0, 1, 8192, 8193, 100_000, 32 * 8192, 10**9)] == [1, 1, 1, 2, 13, 32, 32]
-    assert default_streams(10**9, online=True) == default_streams(1, online=True) == compression.ONLINE_STREAMS
+    assert default_streams(10**9, online=True) == default_streams(1, online=True) == online_mode.ONLINE_STREAMS
 
 
 def test_compress_help_states_the_default_streams():
     result = cli("compress", "--help")
     assert_ok(result)
     stated = (
-        f"[default: one per {compression.BYTES_PER_STREAM // 1024} KiB of input, 1 to "
-        f"{compression.MAX_DEFAULT_STREAMS}; online: {compression.ONLINE_STREAMS}]"
+        f"[default: one per {codec.BYTES_PER_STREAM // 1024} KiB of input, 1 to "
+        f"{codec.MAX_DEFAULT_STREAMS}; online: {online_mode.ONLINE_STREAMS}]"
     )
     assert stated in " ".join(result.stdout.split())
 
@@ -207,14 +203,14 @@ def test_code_length_is_the_models_information_content(model):
 
 def test_a_probability_that_differs_on_the_decoder_is_a_crc_error_not_wrong_bytes(model, monkeypatch):
     blob = coded(TEXT, model, streams=2)
-    probabilities = compression._probabilities
+    probabilities = codec.probabilities
 
     def off_by_a_little(logits):
         probs = probabilities(logits)
         probs[:, 0] += 1e-3  # as another machine's rounding might, a little differently
         return probs
 
-    monkeypatch.setattr(compression, "_probabilities", off_by_a_little)
+    monkeypatch.setattr(codec, "probabilities", off_by_a_little)
     with pytest.raises(DataError, match="fail its CRC32 check"):
         decompress(blob, model)
 
@@ -335,7 +331,7 @@ def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
 def _as_if_coded_on_cuda(blob: bytes) -> bytes:
     header, payload = read_header(blob)
     header.environment |= {"device": "cuda", "gpu": "NVIDIA H200", "cuda": "12.8", "cudnn": 91002}
-    return compression._pack(header) + payload
+    return container.pack(header) + payload
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -357,7 +353,7 @@ def test_a_file_coded_on_cuda_is_refused_without_cuda(tmp_path, run_dir, model):
 
 # ---------------------------------------------------------------------------- precision bf16
 
-HAS_BF16 = bool(set(compression.BF16_PRODUCTS) & set(compression.cpu_features()))
+HAS_BF16 = bool(set(coding_environment.BF16_PRODUCTS) & set(coding_environment.cpu_features()))
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="needs a CPU with bf16 instructions (avx512_bf16 or amx_bf16)")
@@ -367,7 +363,7 @@ def test_cli_bf16_round_trip_records_the_cpus_features(tmp_path, run_dir):
     assert_ok(cli("compress", source, packed, "--model", run_dir, "--streams", "3", "--precision", "bf16", "--quiet"))
     header, _ = read_header(packed.read_bytes())
     assert header.precision == "bf16" and header.storage == "coded"
-    assert header.environment["cpu_features"] == compression.cpu_features()
+    assert header.environment["cpu_features"] == coding_environment.cpu_features()
     result = cli("decompress", packed, out, "--model", run_dir, "--quiet")
     assert_ok(result)
     assert out.read_bytes() == TEXT and "CRC32 of 3 streams checked" in result.stdout
@@ -383,13 +379,13 @@ def _as_if_coded_in_bf16_on(blob: bytes, features: list[str]) -> bytes:
     """``blob`` with a header that says bf16 on a CPU of ``features`` (its CRC32 right)."""
     header, payload = read_header(blob)
     header = dataclasses.replace(header, precision="bf16", environment=header.environment | {"cpu_features": features})
-    return compression._pack(header) + payload
+    return container.pack(header) + payload
 
 
 def test_cli_a_bf16_file_from_a_cpu_of_other_features_is_refused_before_decoding(
     tmp_path, packed, run_dir, model, online_blob
 ):
-    other, here = ["avx2", "avx512f", "amx_tile", "amx_bf16"], compression.cpu_features()
+    other, here = ["avx2", "avx512f", "amx_tile", "amx_bf16"], coding_environment.cpu_features()
     lacks, extra = [f for f in other if f not in here], [f for f in here if f not in other]
     differs = " and ".join([f"lacks {' '.join(lacks)}"] * bool(lacks) + [f"also has {' '.join(extra)}"] * bool(extra))
     packed.write_bytes(_as_if_coded_in_bf16_on(packed.read_bytes(), other))
@@ -419,15 +415,15 @@ def test_cli_refuses_a_precision_it_cannot_code_with(tmp_path, run_dir, model, m
         compress(TEXT, model, precision="fp16")
     cpuinfo = tmp_path / "cpuinfo"  # a CPU without bf16 instructions, as /proc/cpuinfo shows one
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512bw\n\nprocessor\t: 1\n")
-    monkeypatch.setattr(compression, "_CPUINFO", cpuinfo)
-    assert compression.cpu_features() == ["avx2", "avx512f"]
+    monkeypatch.setattr(coding_environment, "_CPUINFO", cpuinfo)
+    assert coding_environment.cpu_features() == ["avx2", "avx512f"]
     assert_user_error(
         cli("compress", source, out, "--model", run_dir, "--precision", "bf16"),
         "precision bf16 needs a CPU with bf16 instructions (avx512_bf16 or amx_bf16); this one has avx2 avx512f",
     )
     assert not out.exists()
-    monkeypatch.setattr(compression, "_CPUINFO", tmp_path / "missing")  # not Linux: torch's capability
-    assert compression.cpu_features() == [torch.backends.cpu.get_cpu_capability()]
+    monkeypatch.setattr(coding_environment, "_CPUINFO", tmp_path / "missing")  # not Linux: torch's capability
+    assert coding_environment.cpu_features() == [torch.backends.cpu.get_cpu_capability()]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -484,7 +480,7 @@ def test_input_coding_would_grow_is_stored_raw_and_decodes_without_the_model(mod
     blob = compress(data, model, streams=2)
     header, payload = read_header(blob)
     assert header.storage == "stored" and payload == data and header.streams == 0 and header.stream_crc32 == []
-    assert len(blob) == len(data) + len(compression._pack(header))  # the input plus the header, no more
+    assert len(blob) == len(data) + len(container.pack(header))  # the input plus the header, no more
     assert header.coded_bytes == len(coded(data, model, streams=2)) > len(blob)
     assert decompress(blob) == data == decompress(blob, model)  # the model is not needed
 
@@ -495,7 +491,7 @@ def test_cli_stores_incompressible_input_raw_and_says_why(tmp_path, run_dir):
     result = cli("compress", source, packed, "--online", "--streams", "2", "--quiet", *TINY_ONLINE)
     assert_ok(result)
     header, _ = read_header(packed.read_bytes())
-    assert header.storage == "stored" and packed.stat().st_size == 600 + len(compression._pack(header))
+    assert header.storage == "stored" and packed.stat().st_size == 600 + len(container.pack(header))
     assert f"600 -> {packed.stat().st_size:,} bytes" in result.stdout
     assert f"stored raw: coding gave {header.coded_bytes:,} bytes" in result.stdout
     result = cli("decompress", packed, out, "--quiet")
@@ -655,7 +651,7 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     text = change(fields)
     text = text if isinstance(text, bytes) else json.dumps(text).encode()
     packed, out = tmp_path / "hostile.shz", tmp_path / "out"
-    packed.write_bytes(compression._frame(text, version) + payload)
+    packed.write_bytes(container.frame(text, version) + payload)
     line = assert_user_error(cli("decompress", packed, out, "--quiet"), "hostile.shz", fragment)
     assert not out.exists() and _files_besides(tmp_path, "hostile.shz") == [], line
     with pytest.raises(DataError):

@@ -14,7 +14,7 @@ import yaml
 from helpers import SMALL, assert_user_error, cli
 from sharnn.config import TrainConfig, load_config, preset_names, to_yaml
 from sharnn.errors import CheckpointError, ConfigError
-from sharnn.model import SHARNNConfig
+from sharnn.models.config import SHARNNConfig
 
 
 def _preset_mapping(name: str) -> dict:
@@ -92,7 +92,7 @@ def test_the_resolved_config_round_trips_through_yaml(tmp_path):
 
 
 def test_one_loader_maps_errors_the_same_way_for_files_and_checkpoints(tmp_path):
-    from sharnn.checkpoint import read_config
+    from sharnn.training.checkpoint import read_config
 
     for text, fragment in [
         ("foo: 1\n", "unknown config key 'foo'"),

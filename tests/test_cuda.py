@@ -13,11 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sharnn.data import batchify, get_batch
-from sharnn.model import SHARNN, SHARNNConfig, causal_mask, sdpa_attention
-from sharnn.optim import MinTrustLAMB
-from sharnn.recipe import train_step
+from sharnn.data.corpus import batchify, get_batch
+from sharnn.models.config import SHARNNConfig
+from sharnn.models.sharnn import SHARNN, causal_mask, sdpa_attention
 from sharnn.runtime import Runtime
+from sharnn.training.optim import MinTrustLAMB
+from sharnn.training.recipe import train_step
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")

@@ -1,4 +1,4 @@
-"""Byte data (src/sharnn/data.py, prepare.py): tokenizer, corpora, enwik8 preparation, batchify, windows
+"""Byte data (src/sharnn/data/corpus.py, prepare.py): tokenizer, corpora, enwik8 preparation, batchify, windows
 (docs/data.md)."""
 
 import gzip
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from helpers import assert_user_error, cli
-from sharnn.data import batchify, bptt_windows, get_batch, jittered_bptt, load_corpus
+from sharnn.data.corpus import batchify, bptt_windows, get_batch, jittered_bptt, load_corpus
+from sharnn.data.prepare import prepare_corpus, prepare_enwik8
+from sharnn.data.tokenizer import ByteTokenizer
 from sharnn.errors import DataError
-from sharnn.prepare import prepare_corpus, prepare_enwik8
-from sharnn.tokenizer import ByteTokenizer
 
 ENWIK8_HEAD_BYTES = 4_154_064
 

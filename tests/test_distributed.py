@@ -1,4 +1,4 @@
-"""Multi-process training under torchrun (sharnn.distributed), on the CPU with gloo and
+"""Multi-process training under torchrun (sharnn.training.distributed), on the CPU with gloo and
 real processes: two ranks train as one process does, a two-process run killed with
 kill -9 resumes exactly, and a process count that does not divide the streams is refused.
 
@@ -30,10 +30,11 @@ from helpers import (
     weights,
     write_small_corpus,
 )
-from sharnn.distributed import Distributed
 from sharnn.errors import ConfigError
-from sharnn.evaluate import EvalResult
-from sharnn.model import State
+from sharnn.evaluation import EvalResult
+from sharnn.models.sharnn import State
+from sharnn.training.distributed import Distributed
+from sharnn.training.recipe import block_of_streams
 
 
 @pytest.fixture(scope="module")
@@ -285,8 +286,10 @@ def test_one_process_outside_torchrun_is_the_identity():
     assert (single.active, single.rank, single.world_size, single.is_main) == (False, 0, 1, True)
     loss, state = torch.tensor(2.5), State(lstm=[(torch.ones(1, 4, 3), torch.zeros(1, 4, 3))], memory=[None])
     assert single.mean(loss) is loss and single.agree(True, 3.0) == (True, 3.0)
-    assert single.combine(EvalResult(nats=1.5, tokens=10)) == EvalResult(nats=1.5, tokens=10)
-    assert single.gather_streams(state, 1) is state and single.block(4, "train_streams") == slice(0, 4)
+    totals = EvalResult(nats=1.5, tokens=10).totals()
+    assert single.sum(totals) is totals and EvalResult.from_totals(totals, words=False) == EvalResult(1.5, 10)
+    tensors = state.tensors()
+    assert single.gather_streams(tensors) is tensors and single.block(4, "train_streams") == slice(0, 4)
     assert single.gather_rows(torch.arange(3)).tolist() == [[0, 1, 2]]
     assert single.device(torch.device("cpu")) == "cpu" and single.share("name") == "name"
 
@@ -300,7 +303,7 @@ def test_streams_are_divided_in_contiguous_blocks(monkeypatch):
         lstm=[(torch.arange(8.0).view(1, 8, 1), -torch.arange(8.0).view(1, 8, 1))],
         memory=[torch.arange(16.0).view(2, 8, 1)],
     )
-    mine = Distributed(rank=2, world_size=4, active=True).own_streams(saved, 1, blocks[2])
+    mine = block_of_streams(saved, blocks[2], 1)
     assert mine.lstm[0][0].flatten().tolist() == [4.0, 5.0] and mine.memory[0][:, :, 0].tolist() == [
         [4.0, 5.0],
         [12.0, 13.0],

@@ -1,5 +1,5 @@
-"""Sharing a model in the Hugging Face Hub layout (src/sharnn/pretrained.py, the hooks of
-SHARNN in src/sharnn/model.py, src/sharnn/export.py; docs/sharing.md):
+"""Sharing a model in the Hugging Face Hub layout (src/sharnn/models/hub.py, the hooks of
+SHARNN in src/sharnn/models/sharnn.py, src/sharnn/export.py; docs/sharing.md):
 ``save_pretrained`` / ``from_pretrained`` bit for bit, strict loading that refuses damaged
 folders with one line, ``sharnn export`` of a trained run, and the exported folder as
 an argument of ``sharnn eval``, ``generate`` and ``info``.
@@ -28,7 +28,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import sharnn.export as export_module
-import sharnn.run_folder as run_folder_module
+import sharnn.training.run_folder as run_folder_module
 from helpers import (
     SMALL,
     SUBPROCESS_ENV,
@@ -39,14 +39,15 @@ from helpers import (
     single_thread,
     write_small_corpus,
 )
-from sharnn.checkpoint import load_model, read_config
-from sharnn.compress import model_sha256
 from sharnn.config import load_config
+from sharnn.data.tokenizer import WordTokenizer, save_tokenizer
 from sharnn.errors import CheckpointError
-from sharnn.metrics import read_records
-from sharnn.model import SHARNN, VARIANT_DEFAULTS, SHARNNConfig
-from sharnn.pretrained import weights_sha256
-from sharnn.tokenizer import WordTokenizer, save_tokenizer
+from sharnn.models.build import model_sha256
+from sharnn.models.config import VARIANT_DEFAULTS, SHARNNConfig
+from sharnn.models.hub import weights_sha256
+from sharnn.models.sharnn import SHARNN
+from sharnn.training.checkpoint import load_model, read_config
+from sharnn.training.metrics import read_records
 
 EXPORTED_FILES = {"config.json", "model.safetensors", "README.md", "train_config.yaml", "training.json", "bpc.png"}
 
@@ -148,7 +149,7 @@ def test_from_pretrained_honours_map_location(tmp_path):
 
 def test_the_compressor_fingerprint_is_unchanged_by_the_shared_weights_digest():
     """Compressed files record model_sha256; it must stay what it was before the weights
-    part moved to sharnn.pretrained, and before the variants' settings existed: the JSON of
+    part moved to sharnn.models.hub, and before the variants' settings existed: the JSON of
     the config's original settings, then every tensor by name."""
     model = _model()
     original = {k: v for k, v in dataclasses.asdict(model.config).items() if k not in VARIANT_DEFAULTS}

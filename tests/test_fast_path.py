@@ -14,13 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from helpers import SMALL, assert_same_weights, metrics, write_small_corpus
-from sharnn import checkpoint
 from sharnn.config import load_config
 from sharnn.errors import Interrupted
-from sharnn.generate import filter_logits, generate
-from sharnn.model import SHARNN, SHARNNConfig, causal_mask, sdpa_attention
+from sharnn.generation import filter_logits, generate
+from sharnn.models.config import SHARNNConfig
+from sharnn.models.sharnn import SHARNN, causal_mask, sdpa_attention
 from sharnn.runtime import Runtime
-from sharnn.train import train
+from sharnn.training import checkpoint
+from sharnn.training.trainer import train
 
 CPU = torch.device("cpu")
 

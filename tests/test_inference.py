@@ -1,4 +1,4 @@
-"""The inference step (sharnn.inference.Step): the model's function one position at a time
+"""The inference step (sharnn.models.step.Step): the model's function one position at a time
 for every variant (its memory a ring that wraps), prepared again after the weights change,
 continued exactly from a prompt's state; compress, decompress and generate run on it, and
 its files (format version 3) round-trip byte for byte while a Transformer's keep version 2."""
@@ -12,15 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-import sharnn.compress as compression
+import sharnn.coding.codec as codec
+import sharnn.coding.container as container
 from helpers import assert_ok, cli, shared_run
-from sharnn.architectures import build_model
-from sharnn.checkpoint import load_model
-from sharnn.compress import compress, decompress, online_config, online_model, read_header, stream_lengths
+from sharnn.coding.codec import compress, decompress, stream_lengths
+from sharnn.coding.container import read_header
+from sharnn.coding.online import online_config, online_model
 from sharnn.errors import ConfigError
-from sharnn.generate import filter_logits, generate
-from sharnn.inference import Step
-from sharnn.model import SHARNN, SHARNNConfig
+from sharnn.generation import filter_logits, generate
+from sharnn.models.build import build_model
+from sharnn.models.config import SHARNNConfig
+from sharnn.models.sharnn import SHARNN
+from sharnn.models.step import Step
+from sharnn.training.checkpoint import load_model
 
 TEXT = ("Ünïcödé ✓ — 日本語のテキスト, emoji 🙂, and plain ASCII.\n" * 8).encode("utf-8")
 RANDOM = np.random.default_rng(0).integers(0, 256, 1_500, dtype=np.uint8).tobytes()
@@ -51,8 +55,8 @@ def largest_difference(model: SHARNN, tokens: torch.Tensor, step: Step, state=No
     with torch.no_grad():
         for row in tokens:
             logits, state = model(row.view(1, -1), state)
-            expected = compression._probabilities(logits[0])
-            worst = max(worst, float(np.abs(compression._probabilities(step(row)) - expected).max()))
+            expected = codec.probabilities(logits[0])
+            worst = max(worst, float(np.abs(codec.probabilities(step(row)) - expected).max()))
             peak = max(peak, float(expected.max()))
     return worst, peak
 
@@ -97,7 +101,7 @@ def test_bf16_probabilities_are_close_to_fp32s(variant):
     fp32, bf16 = Step(model, 3), Step(model, 3, precision="bf16")
     worst = excess = 0.0
     for row in random_tokens(160, 3, model.config.vocab_size):
-        p, q = compression._probabilities(fp32(row)), compression._probabilities(bf16(row))
+        p, q = codec.probabilities(fp32(row)), codec.probabilities(bf16(row))
         worst = max(worst, float(np.abs(p - q).max()))
         excess += float((p * np.log2(p / q)).sum(1).mean()) / 160
     assert 1e-5 < worst < 1e-2 and excess < 1e-3, (worst, excess)
@@ -203,8 +207,8 @@ def test_version_3_round_trips_byte_exactly_through_the_command_line(tmp_path, r
     assert_ok(cli("decompress", packed, out, "--model", run_dir, "--quiet"))
     assert out.read_bytes() == data
     model = load_model(run_dir)[0]
-    header, payload = compression._code(data, model, streams=streams, online=None, progress=None)
-    blob = compression._pack(header) + payload
+    header, payload = codec.encode(data, model, streams=streams, online=None, progress=None)
+    blob = container.pack(header) + payload
     assert version(blob) == 3 and read_header(blob)[0].streams == len(stream_lengths(len(data), streams))
     assert decompress(blob, model) == data
 
@@ -213,8 +217,8 @@ def test_online_mode_writes_version_3_and_round_trips():
     """Online mode trains between positions: both sides prepare the step again after every update."""
     config = online_config(["model.d_model=32", "model.boom_dim=64", "model.attention_span=24", "bptt=16"])
     data = TEXT[:500]
-    header, payload = compression._code(data, online_model(config), streams=3, online=config, progress=None)
-    blob = compression._pack(header) + payload
+    header, payload = codec.encode(data, online_model(config), streams=3, online=config, progress=None)
+    blob = container.pack(header) + payload
     assert version(blob) == 3 and header.mode == "online" and len(data) % 3
     assert decompress(blob) == data
 

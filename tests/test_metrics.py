@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import SMALL, assert_ok, cli, single_thread, write_small_corpus
-from sharnn.metrics import UNIFORM_BPC, MetricsLog, _describe_changes, _figure, _y_range
+from sharnn.training.metrics import UNIFORM_BPC, MetricsLog, _describe_changes, _figure, _y_range
 
 
 def realistic_history() -> list[dict]:

@@ -1,4 +1,4 @@
-"""Tests of the SHA-RNN model (src/sharnn/model.py) against the equations of docs/model.md.
+"""Tests of the SHA-RNN model (src/sharnn/models/sharnn.py) against the equations of docs/model.md.
 
 The "literal" helpers below re-derive the equations step by step (an explicit LSTM cell,
 explicit gates, a per-stream softmax loop, a loop-built mask) using only the model's
@@ -13,7 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from sharnn.model import SHARNN, Boom, SHARNNConfig, State, causal_mask, gelu
+from sharnn.models.config import SHARNNConfig
+from sharnn.models.sharnn import SHARNN, Boom, State, causal_mask, gelu
 
 V = 256
 

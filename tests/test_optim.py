@@ -1,4 +1,4 @@
-"""Min-Trust LAMB (src/sharnn/optim.py) against the update of docs/optimizer.md,
+"""Min-Trust LAMB (src/sharnn/training/optim.py) against the update of docs/optimizer.md,
 recomputed independently here in float64."""
 
 import io
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from sharnn.config import load_config
-from sharnn.model import SHARNN
-from sharnn.optim import MinTrustLAMB
-from sharnn.recipe import build_optimizer
+from sharnn.models.sharnn import SHARNN
+from sharnn.training.optim import MinTrustLAMB
+from sharnn.training.recipe import build_optimizer
 
 B1, B2, EPS = 0.9, 0.999, 1e-6
 
@@ -228,7 +228,7 @@ def test_constructor_rejects_invalid_values(kwargs):
 
 
 # --------------------------------------------------------------------------------------
-# The optimizer a training config builds (sharnn.recipe.build_optimizer)
+# The optimizer a training config builds (sharnn.training.recipe.build_optimizer)
 
 TINY_MODEL = ["model.d_model=16", "model.boom_dim=32", "model.attention_span=48", "bptt=16"]
 

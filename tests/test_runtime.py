@@ -9,7 +9,8 @@ import torch
 from helpers import SMALL
 from sharnn.config import load_config
 from sharnn.errors import ConfigError
-from sharnn.model import SHARNN, Attention, AttentionSublayer, SHARNNConfig
+from sharnn.models.config import SHARNNConfig
+from sharnn.models.sharnn import SHARNN, Attention, AttentionSublayer
 from sharnn.runtime import Runtime, resolve_device
 
 CPU = torch.device("cpu")

@@ -39,7 +39,7 @@ from helpers import (
     write_small_corpus,
 )
 from sharnn.files import Lock, output_lock
-from sharnn.run_folder import LOCK_FILE
+from sharnn.training.run_folder import LOCK_FILE
 
 TEXT = b"One run, one writer. " * 10  # 210 bytes: an --online compression of it takes about a second
 
@@ -270,7 +270,7 @@ def test_a_resume_removes_the_staging_folders_a_killed_save_left_and_nothing_els
 def test_resuming_a_folder_that_is_not_a_run_leaves_no_lock_file(tmp_path):
     from sharnn.config import load_config
     from sharnn.errors import RunError
-    from sharnn.train import train
+    from sharnn.training.trainer import train
 
     folder = tmp_path / "mine"
     folder.mkdir()

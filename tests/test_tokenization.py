@@ -1,5 +1,5 @@
 """Tokenizers, WikiText-2 preparation and the one metric across tokenizations
-(src/sharnn/tokenizer.py, data.py, prepare.py, evaluate.py; docs/tokenization.md): the published
+(src/sharnn/data/tokenizer.py, data.py, prepare.py, evaluate.py; docs/tokenization.md): the published
 counts, exact round trips, refusals that leave nothing behind, and runs on a words corpus
 whose checkpoints carry their tokenizer."""
 
@@ -18,12 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from helpers import SMALL, WIKITEXT2, assert_ok, assert_user_error, cli, write_small_corpus
-from sharnn.data import load_corpus
+from sharnn.data.corpus import load_corpus
+from sharnn.data.prepare import WIKITEXT2_TYPES, prepare_corpus, prepare_wikitext2, smallest_uint
+from sharnn.data.tokenizer import BPETokenizer, ByteTokenizer, WordTokenizer, load_tokenizer, make_tokenizer
 from sharnn.errors import DataError
-from sharnn.evaluate import evaluate
-from sharnn.model import SHARNN, SHARNNConfig
-from sharnn.prepare import WIKITEXT2_TYPES, prepare_corpus, prepare_wikitext2, smallest_uint
-from sharnn.tokenizer import BPETokenizer, ByteTokenizer, WordTokenizer, load_tokenizer, make_tokenizer
+from sharnn.evaluation import evaluate
+from sharnn.models.config import SHARNNConfig
+from sharnn.models.sharnn import SHARNN
 
 COUNTS = {"train": 2_088_628, "valid": 217_646, "test": 245_569}
 BYTES = {"train": 10_797_148, "valid": 1_121_681, "test": 1_256_449}
@@ -344,7 +345,7 @@ def words_run(small_words, tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_a_words_model_saved_without_its_tokenizer_is_refused_until_it_is_beside_it(words_run, tmp_path):
-    from sharnn.checkpoint import load_model
+    from sharnn.training.checkpoint import load_model
 
     plain = tmp_path / "plain"
     load_model(words_run)[0].save_pretrained(plain)

@@ -39,13 +39,13 @@ from helpers import (
     weights,
     write_small_corpus,
 )
-from sharnn import train as train_module
-from sharnn.checkpoint import load_model, read_info
 from sharnn.config import load_config
 from sharnn.errors import Interrupted, TrainingDiverged
-from sharnn.recipe import TrainingState, learning_rate, train_step
 from sharnn.runtime import Runtime
-from sharnn.train import train
+from sharnn.training import trainer as train_module
+from sharnn.training.checkpoint import load_model, read_info
+from sharnn.training.recipe import TrainingState, learning_rate, train_step
+from sharnn.training.trainer import train
 
 
 @pytest.fixture(scope="module")
@@ -621,7 +621,7 @@ def test_a_prefix_too_short_for_its_streams_is_one_line(tmp_path, corpus_file):
 
 
 def test_a_prefix_is_whole_tokens_whose_text_fits_the_bytes(tmp_path):
-    from sharnn.prepare import prepare_corpus
+    from sharnn.data.prepare import prepare_corpus
 
     corpus = train_module.load_corpus("enwik8-head")  # bytes: max_bytes tokens
     ids, size = train_module.split_prefix(corpus, "valid", 100)

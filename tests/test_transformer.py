@@ -26,10 +26,10 @@ from helpers import (
     single_thread,
 )
 from sharnn import Transformer
-from sharnn.architectures import build_model, load_pretrained, parameter_count
 from sharnn.config import load_config
-from sharnn.model import SHARNNConfig
-from sharnn.train import train
+from sharnn.models.build import build_model, load_pretrained, parameter_count
+from sharnn.models.config import SHARNNConfig
+from sharnn.training.trainer import train
 
 # A tiny Transformer (2 x 32, 4 heads, MLP 128, context 48) on SMALL's windows and streams.
 TRANSFORMER = ["model.architecture=transformer", "model.n_heads=4", "model.boom_dim=128"]
@@ -128,7 +128,7 @@ def test_export_and_from_pretrained_give_the_same_logits(tmp_path, transformer_r
     assert_ok(cli("export", transformer_run, "--out", tmp_path / "exported"))
     assert json.loads((tmp_path / "exported" / "config.json").read_text())["architecture"] == "transformer"
     assert "# Transformer byte-level language model" in (tmp_path / "exported" / "README.md").read_text()
-    from sharnn.checkpoint import load_model
+    from sharnn.training.checkpoint import load_model
 
     trained, _ = load_model(transformer_run)
     tokens = torch.randint(0, 256, (20, 2))

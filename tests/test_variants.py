@@ -27,10 +27,12 @@ from helpers import (
     signal_when,
     single_thread,
 )
-from sharnn.architectures import parameter_count
-from sharnn.checkpoint import load_model
 from sharnn.config import load_config
-from sharnn.model import MLP, SHARNN, LayerNormLSTM, SHARNNConfig, gelu
+from sharnn.models.build import parameter_count
+from sharnn.models.config import SHARNNConfig
+from sharnn.models.lstm import LayerNormLSTM
+from sharnn.models.sharnn import MLP, SHARNN, gelu
+from sharnn.training.checkpoint import load_model
 
 V = 256
 VARIANTS = ["model.cell=ln_lstm", "model.value_gate=vector", "model.feed_forward=mlp"]

@@ -12,36 +12,41 @@ Python API::
 ``docs/`` in the repository explains the model, the optimizer, the data, the
 evaluation protocol and tokenizations (words, wordpieces, bytes).
 
+The package in four wings (``tests/test_layers.py`` keeps their contract):
+:mod:`sharnn.models` (the networks, their config, step and Hub layout), :mod:`sharnn.data.corpus`
+(corpora, tokenizers, preparation), :mod:`sharnn.training` (recipe, optimizer, loop, run
+folder, checkpoints) and :mod:`sharnn.coding` (the compressor), under a thin top: errors,
+files, configuration, runtime, evaluation, generation, analysis, export, the API and the
+command line.
+
 The public names load on first use (PEP 562), so that ``import sharnn`` and the command
 line's ``--help`` and ``--version`` do not import torch.
 """
 
 import importlib
-import sys
-import types
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # Each public name and the submodule that defines it.
 _EXPORTS = {
-    "SHARNN": "model",
-    "SHARNNConfig": "model",
-    "State": "model",
-    "Transformer": "transformer",
-    "build_model": "architectures",
-    "load_pretrained": "architectures",
-    "MinTrustLAMB": "optim",
+    "SHARNN": "models.sharnn",
+    "SHARNNConfig": "models.config",
+    "State": "models.sharnn",
+    "Transformer": "models.transformer",
+    "build_model": "models.build",
+    "load_pretrained": "models.build",
+    "MinTrustLAMB": "training.optim",
     "TrainConfig": "config",
     "load_config": "config",
     "Runtime": "runtime",
-    "TrainingState": "recipe",
-    "ByteTokenizer": "tokenizer",
-    "load_tokenizer": "tokenizer",
-    "Corpus": "data",
-    "load_corpus": "data",
-    "EvalResult": "evaluate",
-    "evaluate": "evaluate",
-    "generate": "generate",
+    "TrainingState": "training.recipe",
+    "ByteTokenizer": "data.tokenizer",
+    "load_tokenizer": "data.tokenizer",
+    "Corpus": "data.corpus",
+    "load_corpus": "data.corpus",
+    "EvalResult": "evaluation",
+    "evaluate": "evaluation",
+    "generate": "generation",
     # what the commands do (sharnn.api)
     "load": "api",
     "Loaded": "api",
@@ -60,7 +65,7 @@ __all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):
-    if name not in _EXPORTS:  # a submodule (``sharnn.checkpoint``), as an eager package gives them
+    if name not in _EXPORTS:  # a submodule (``sharnn.models``), as an eager package gives them
         try:
             return importlib.import_module(f".{name}", __name__)
         except ModuleNotFoundError as e:
@@ -74,17 +79,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """``sharnn.evaluate`` and ``sharnn.generate`` are the functions, as ``from sharnn
-    import evaluate`` gives them, also once their submodules of the same names are loaded
-    (loading a submodule sets it as an attribute of its package)."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

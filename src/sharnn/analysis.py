@@ -5,7 +5,7 @@ The paper argues that perplexities of different tokenizations are not comparable
 model's bits per byte turned into a word perplexity with ``ppl = 2^(BPC * Nc / Nw)``
 hides that the entropy sits on a word's first characters, teacher forcing handing the
 model the rest. Here a model scores a split with the evaluation protocol of
-:mod:`sharnn.evaluate`, keeping every token's surprisal and predictive entropy, and:
+:mod:`sharnn.evaluation`, keeping every token's surprisal and predictive entropy, and:
 
 - a byte model's bits are binned by the position of their character in its word (words:
   maximal runs of non-whitespace characters, whitespace being ASCII's, as ``bytes.split``;
@@ -25,24 +25,20 @@ per-frequency and per-pieces tables.
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .data.tokenizer import Tokenizer
 from .errors import DataError
-from .evaluate import score_windows
-from .files import write_atomically
-from .model import SHARNN
+from .evaluation import score_windows
+from .models.sharnn import SHARNN
 from .progress import ProgressDisplay
-from .tokenizer import Tokenizer
 
 LN2 = math.log(2)
 WHITESPACE = np.frombuffer(b" \t\n\r\x0b\x0c", dtype=np.uint8)  # what bytes.split() splits on
@@ -70,14 +66,14 @@ def token_scores(
     progress: ProgressDisplay | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every predicted token's surprisal and the entropy of the distribution it was drawn
-    against, walking the split exactly as :func:`sharnn.evaluate.evaluate` does (``streams``
+    against, walking the split exactly as :func:`sharnn.evaluation.evaluate` does (``streams``
     streams, windows of ``bptt``, state and attention memory carried, cold start), so that
     ``nansum(surprisal) * ln 2`` is its total negative log-likelihood.
 
     Args:
         model: the model; it is put in eval mode and returned to its previous mode.
         data: token ids ``[N]``.
-        streams, bptt, autocast_dtype, progress: as :func:`sharnn.evaluate.evaluate`.
+        streams, bptt, autocast_dtype, progress: as :func:`sharnn.evaluation.evaluate`.
 
     Returns:
         ``(surprisal, entropy)``, float64 ``[N]`` in bits, aligned with ``data``; NaN where
@@ -429,198 +425,6 @@ def analyze(
     else:
         report.update(word_report(tokenizer, data, surprisal))
     return report
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def format_report(report: dict) -> str:
-    """The report of :func:`analyze` as plain aligned tables."""
-    totals = report["totals"]
-    where = f"{report['data']} ({report['split']})" if "data" in report else "the data"
-    lines = [
-        f"{where}: {report['tokens']:,} tokens ({report['tokenizer']}), {totals['tokens']:,} predicted, "
-        f"{report['streams']} streams, windows of {report['bptt']}",
-        f"bits per token {_format(totals['bits_per_token'], '.4f')}, "
-        f"per byte {_format(totals['bits_per_byte'], '.4f')}, per word {_format(totals['bits_per_word'], '.4f')} "
-        f"({totals['words']:,} words with one <eos> per line); "
-        f"word perplexity {_format(totals['word_perplexity'], ',.2f')}",
-    ]
-    if report["kind"] == "bytes":
-        lines += [""] + _byte_tables(report)
-    elif report["kind"] == "bpe":
-        lines += [""] + _piece_tables(report)
-    return "\n".join(lines)
-
-
-def _byte_tables(report: dict) -> list[str]:
-    """The byte model's tables: by position, by frequency, the naive conversion."""
-    totals = report["totals"]
-    lines = ["bits by character position in the word (words: runs of non-whitespace characters)"]
-    lines += _table(
-        report["positions"],
-        [
-            ("position", "position", ""),
-            ("characters", "characters", ","),
-            ("surprisal", "surprisal (bits)", ".3f"),
-            ("entropy", "entropy (bits)", ".3f"),
-            ("share", "share of bits", ".1%"),
-        ],
-    )
-    first = report["positions"][0]
-    counted = sum(r["characters"] for r in report["positions"])
-    lines.append(
-        f"first characters: {_format(_mean(first['characters'], counted), '.1%')} of the characters, "
-        f"{_format(report['first_character_share'], '.1%')} of the bits"
-    )
-    lines += ["", "bits per word by the word's count in the train split"]
-    lines += _table(
-        report["frequency"],
-        [
-            ("frequency", "train count", ""),
-            ("words", "words", ","),
-            ("characters", "chars/word", ".2f"),
-            ("bits_per_word", "bits/word", ".3f"),
-            ("first_share", "first-char share (mean)", ".1%"),
-        ],
-    )
-    counts = report["counts"]
-    lines += [
-        "",
-        f"word perplexity from bits per byte: 2^(BPC * Nc / Nw), BPC {totals['bits_per_byte']:.4f}, "
-        f"Nw = {counts['words']:,} words + {counts['lines']:,} lines = {counts['words'] + counts['lines']:,}",
-    ]
-    lines += _table(
-        report["conversion"],
-        [
-            ("nc", "Nc", ""),
-            ("count", "count", ","),
-            ("per_word", "Nc/Nw", ".3f"),
-            ("perplexity", "perplexity", ",.2f"),
-            ("vs_exact", "vs exact", ".3f"),
-        ],
-    )
-    lines.append(
-        "note: with Nc = bytes the conversion is the exact figure by construction (BPC * bytes = total bits); "
-        "other countings of Nc rescale the exponent"
-    )
-    return lines
-
-
-def _piece_tables(report: dict) -> list[str]:
-    """The wordpiece model's table: bits per word by number of pieces."""
-    lines = ["bits per word by its number of pieces (a word starts at a piece beginning with a space)"]
-    lines += _table(
-        report["pieces"],
-        [
-            ("pieces", "pieces", ""),
-            ("words", "words", ","),
-            ("bits_per_word", "bits/word", ".3f"),
-            ("first_share", "first-piece share (mean)", ".1%"),
-            ("share", "share of bits", ".1%"),
-        ],
-    )
-    lines.append(f"first pieces: {_format(report['first_piece_share'], '.1%')} of the bits")
-    return lines
-
-
-def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> list[str]:
-    """``rows`` under ``columns`` = ``(key, header, format spec)``, missing values as '-',
-    the first column left-aligned (as benchmarks/common.py prints)."""
-    cells = [[header for _, header, _ in columns]]
-    for row in rows:
-        cells.append([_format(row.get(key), spec) for key, _, spec in columns])
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    lines = [
-        "  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))) for line in cells
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
-
-
-def _format(value, spec: str) -> str:
-    """``format(value, spec)``, or '-' for None."""
-    return "-" if value is None else format(value, spec)
-
-
-def write_report(report: dict, folder: str | Path) -> list[Path]:
-    """Write ``tokenization-SPLIT.json`` and, for bytes and bpe, a PNG figure
-    (``tokenization-SPLIT-positions.png``, ``tokenization-SPLIT-pieces.png``) into
-    ``folder`` (created if needed), atomically. Returns the paths written.
-
-    Raises:
-        OSError: the file system refused.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = f"tokenization-{report.get('split', 'data')}"
-    paths = [folder / f"{stem}.json"]
-    write_atomically(paths[0], json.dumps(report, indent=2, default=_json_number) + "\n")
-    figure = {"bytes": _positions_figure, "bpe": _pieces_figure}.get(report["kind"])
-    if figure is not None:
-        paths.append(folder / f"{stem}-{'positions' if report['kind'] == 'bytes' else 'pieces'}.png")
-        write_atomically(paths[-1], _png(figure(report)))
-    return paths
-
-
-def _positions_figure(report: dict):
-    plt = _pyplot()
-    rows = report["positions"]
-    x = np.arange(len(rows))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.bar(x - 0.2, [r["surprisal"] or 0 for r in rows], 0.4, label="surprisal")
-    left.bar(x + 0.2, [r["entropy"] or 0 for r in rows], 0.4, label="predictive entropy")
-    left.set_ylabel("mean bits per character")
-    right.bar(x, [100 * (r["share"] or 0) for r in rows], 0.6, color="tab:green")
-    right.set_ylabel("share of all bits (%)")
-    for axis in (left, right):
-        axis.set_xticks(x, ["ws" if r["position"] == "whitespace" else r["position"] for r in rows])
-        axis.set_xlabel("character position in the word (ws: whitespace)")
-        axis.grid(axis="y", alpha=0.3)
-    left.legend()
-    fig.suptitle(f"{report.get('data', '')} {report.get('split', '')}: bits by character position (paper §6.1)")
-    fig.tight_layout()
-    return fig
-
-
-def _pieces_figure(report: dict):
-    plt = _pyplot()
-    rows = report["pieces"]
-    x = np.arange(len(rows))
-    words = [r["bits_per_word"] or 0 for r in rows]
-    fig, axis = plt.subplots(figsize=(6, 4))
-    axis.bar(x, words, 0.6, label="whole word")
-    axis.bar(x, [w * (r["first_share"] or 0) for w, r in zip(words, rows)], 0.6, label="first piece (mean share)")
-    axis.set_xticks(x, [r["pieces"] for r in rows])
-    axis.set_xlabel("pieces in the word")
-    axis.set_ylabel("mean bits per word")
-    axis.grid(axis="y", alpha=0.3)
-    axis.legend()
-    fig.suptitle(f"{report.get('data', '')} {report.get('split', '')}: bits per word by pieces ({report['tokenizer']})")
-    fig.tight_layout()
-    return fig
-
-
-def _pyplot():
-    """matplotlib's pyplot on the Agg backend (files only, no display)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _png(fig) -> bytes:
-    image = io.BytesIO()
-    fig.savefig(image, format="png", dpi=100)
-    _pyplot().close(fig)
-    return image.getvalue()
-
-
-def _json_number(value):
-    """numpy scalars as Python numbers for ``json.dumps``."""
-    return value.item() if isinstance(value, np.generic) else str(value)
 
 
 def _mean(total: float, count: float) -> float | None:

@@ -29,26 +29,20 @@ from typing import NamedTuple
 
 import torch
 
-from .architectures import Model, build_model
-from .checkpoint import is_pretrained, load_model, read_config, read_info, read_tokenizer, resolve
-from .compress import (
-    Header,
-    coding_device,
-    compress as encode,
-    decompress as decode,
-    online_config,
-    online_model,
-    read_header,
-)
+from .coding.codec import coding_device, compress as encode, decompress as decode
+from .coding.container import Header, read_header
+from .coding.online import online_config, online_model
 from .config import TrainConfig, load_config, preset_names, to_yaml
-from .data import Corpus, load_corpus, read_bytes
+from .data.corpus import Corpus, load_corpus, read_bytes
+from .data.tokenizer import Tokenizer, check_corpus_tokenizer
 from .errors import CheckpointError, ConfigError, DataError
-from .evaluate import EvalResult, evaluate
+from .evaluation import EvalResult, evaluate
 from .files import check_new, output_lock, write_atomically
-from .generate import filter_logits, generate as sample
+from .generation import filter_logits, generate as sample
+from .models.build import LanguageModel, build_model
 from .progress import ProgressDisplay
 from .runtime import Runtime, resolve_device
-from .tokenizer import Tokenizer, check_corpus_tokenizer
+from .training.checkpoint import is_pretrained, load_model, read_config, read_info, read_tokenizer, resolve
 
 
 class Loaded(NamedTuple):
@@ -56,7 +50,7 @@ class Loaded(NamedTuple):
     run's TrainConfig; None for a plain ``save_pretrained`` folder, which records no
     training) and ``tokenizer`` (bytes unless the folder has a ``tokenizer.json``)."""
 
-    model: Model
+    model: LanguageModel
     config: TrainConfig | None
     tokenizer: Tokenizer
 
@@ -203,7 +197,7 @@ def generate_text(
         prompt: text (UTF-8) or bytes to continue; empty or None: a newline, as is a
             prompt of whitespace alone for a words model.
         max_tokens: tokens to sample: bytes for a byte model.
-        temperature, top_k, top_p: see :func:`sharnn.generate.filter_logits` (0: greedy).
+        temperature, top_k, top_p: see :func:`sharnn.generation.filter_logits` (0: greedy).
         seed: seed of the sampling (None: nondeterministic).
         device, fast_path: see :meth:`sharnn.Runtime.resolve` (precision: the run's).
         prompt_file: read the prompt's bytes from this file instead.
@@ -259,7 +253,7 @@ def analyze_tokenization(
     Returns:
         ``(report, folder)``: the report of :func:`sharnn.analysis.analyze` (with
         ``checkpoint``, ``data`` and ``split``), and the folder in which
-        :func:`sharnn.analysis.write_report` is to write it (nothing is written here).
+        :func:`sharnn.analysis_report.write_report` is to write it (nothing is written here).
 
     Raises:
         CheckpointError: as :func:`load`; a folder that records no training data.
@@ -295,7 +289,7 @@ def analyze_tokenization(
     return report, Path(out) if out is not None else path / "analysis"
 
 
-def _corpus(config: TrainConfig, model: Model, tokenizer: Tokenizer) -> Corpus:
+def _corpus(config: TrainConfig, model: LanguageModel, tokenizer: Tokenizer) -> Corpus:
     """The run's corpus, refused when another tokenizer than the model's made it."""
     corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
     check_corpus_tokenizer(model.config.vocab_size, corpus.tokenizer, config.data, tokenizer)
@@ -361,15 +355,15 @@ def compress_file(
     Args:
         model: the run (its best checkpoint) or checkpoint that predicts the bytes; or
         online: a fixed-seed model learns from the bytes already coded, with ``settings``
-            (``key=value`` overrides of :func:`sharnn.compress.online_config`).
+            (``key=value`` overrides of :func:`sharnn.coding.online.online_config`).
         streams: contiguous pieces coded side by side (None: by the input's size,
-            :func:`sharnn.compress.default_streams`).
+            :func:`sharnn.coding.codec.default_streams`).
         threads: torch's thread count while coding (recorded; decompression uses it too).
         device: ``cpu`` or ``cuda[:N]``: a file coded on CUDA decodes only on the same GPU
             type with the same library versions.
         precision: ``fp32``, or ``bf16``: the products in bfloat16, on a CPU with bf16
             instructions; the file then decodes only on a CPU with the same features
-            (:func:`sharnn.compress.cpu_features`).
+            (:func:`sharnn.coding.environment.cpu_features`).
         force: replace ``dest`` if it is a file or a symbolic link (the link, never its target).
         quiet: show no progress on standard error.
 
@@ -378,7 +372,7 @@ def compress_file(
 
     Raises:
         ConfigError: neither or both of ``model`` and ``online``; ``settings`` without
-            ``online``; a precision :func:`sharnn.compress.compress` refuses; a ``dest``
+            ``online``; a precision :func:`sharnn.coding.codec.compress` refuses; a ``dest``
             that exists (without ``force``), is the input or a folder, or whose folder
             does not exist. DataError: an unreadable ``source``.
         CheckpointError: as :func:`load`.
@@ -491,7 +485,7 @@ def train_run(
     quiet: bool = False,
 ) -> dict:
     """Train from a preset or config file with ``key=value`` overrides, or go on with the
-    run in ``resume``, as ``sharnn train`` does (:func:`sharnn.train.train` does the work).
+    run in ``resume``, as ``sharnn train`` does (:func:`sharnn.training.trainer.train` does the work).
 
     Args:
         out: the run folder to create (None: ``runs/NAME-TIMESTAMP``).
@@ -507,11 +501,11 @@ def train_run(
         ConfigError: neither or both of ``preset`` and ``config_file``; ``resume`` with
             another source; bad settings. Interrupted: stopped by Ctrl-C or SIGTERM after
             saving. RunError, DataError, CheckpointError, TrainingDiverged: see
-            :func:`sharnn.train.train`.
+            :func:`sharnn.training.trainer.train`.
     """
-    from .distributed import Distributed
-    from .run_start import resume_config
-    from .train import train
+    from .training.distributed import Distributed
+    from .training.run_start import resume_config
+    from .training.trainer import train
 
     if resume is not None:
         if preset or config_file or out or init_from:
@@ -596,7 +590,7 @@ def _checkpoint_scores(path: Path) -> str:
     """``checkpoint FOLDER: step N, epoch E, valid X BPC, test Y BPC`` for the checkpoint
     at ``path`` (a run's best): what its run recorded in it, and the test BPC from the
     run's summary.json when it is the checkpoint that was tested."""
-    from .run_folder import read_summary
+    from .training.run_folder import read_summary
 
     try:
         folder = resolve(path)

@@ -34,7 +34,7 @@ def main(ctx):
     from .files import sigterm_raises
 
     # Clean-ups run, as for Ctrl-C; exit status 143. Training replaces it while it trains
-    # (it stops at the end of a step and saves: sharnn.train), not while it sets up.
+    # (it stops at the end of a step and saves: sharnn.training.trainer), not while it sets up.
     ctx.with_resource(sigterm_raises())
 
 
@@ -53,7 +53,7 @@ def prepare():
 @console.force_out_option
 def prepare_enwik8_command(source, out, force):
     """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
-    from .prepare import ENWIK8_URL, prepare_enwik8
+    from .data.prepare import ENWIK8_URL, prepare_enwik8
 
     folder = prepare_enwik8(source or ENWIK8_URL, out, force=force)
     click.echo(f"prepared enwik8 in {folder}")
@@ -73,8 +73,8 @@ def prepare_enwik8_command(source, out, force):
 def prepare_wikitext2_command(source, tokenizer, out, force):
     """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
     tokenize it (docs/tokenization.md)."""
-    from .data import SPLITS, load_corpus
-    from .prepare import prepare_wikitext2
+    from .data.corpus import SPLITS, load_corpus
+    from .data.prepare import prepare_wikitext2
 
     corpus = load_corpus(str(prepare_wikitext2(source, out, tokenizer, force=force)))
     lengths = corpus.tokenizer.byte_lengths()
@@ -99,7 +99,7 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
 @console.force_out_option
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
     """Any file or folder of files (concatenated), split by position."""
-    from .prepare import prepare_corpus, prepared_report
+    from .data.prepare import prepare_corpus, prepared_report
 
     folder = prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer, force=force)
     for line in prepared_report(folder):
@@ -139,7 +139,7 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
     Under `torchrun --nproc_per_node=N -m sharnn train ...` it trains with N processes
     (DistributedDataParallel; docs/training.md, "Several GPUs or processes")."""
     summary = sharnn.train_run(preset, config_file, out, resume, init_from, overrides, quiet=quiet)
-    if sharnn.distributed.is_main_process():
+    if sharnn.training.distributed.is_main_process():
         click.echo(sharnn.api.format_summary(summary))
 
 
@@ -211,7 +211,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     default=None,
     type=click.IntRange(min=1),
     help="Contiguous pieces coded side by side: faster, each starts cold.  [default: one per 8 KiB of input, "
-    "1 to 32; online: 8]",  # sharnn.compress.default_streams (the help imports no torch)
+    "1 to 32; online: 8]",  # sharnn.coding.codec.default_streams (the help imports no torch)
 )
 @click.option(
     "--threads",
@@ -322,8 +322,8 @@ def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, d
     word by number of pieces; for a words model, its totals. CHECKPOINT: a run folder (its
     best checkpoint), a checkpoint or an exported folder."""
     report, folder = sharnn.analyze_tokenization(checkpoint, split, streams, bptt, max_tokens, device, fast_path, out)
-    click.echo(sharnn.analysis.format_report(report))
-    for path in sharnn.analysis.write_report(report, folder):
+    click.echo(sharnn.analysis_report.format_report(report))
+    for path in sharnn.analysis_report.write_report(report, folder):
         click.echo(f"wrote {path}")
 
 
@@ -336,9 +336,3 @@ def info(target, overrides):
     or save_pretrained folder, and for these folders their step, epoch and scores
     (without TARGET: the list of presets)."""
     click.echo(sharnn.info(target, overrides))
-
-
-if __name__ == "__main__":
-    from sharnn.__main__ import run
-
-    run()

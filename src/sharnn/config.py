@@ -3,8 +3,8 @@ the paper's recipe; presets that state only how they differ from it; ``key=value
 overrides. One loader (:func:`load_config`) merges and type-checks them with OmegaConf
 and checks every constraint, once, before anything runs. The type check is OmegaConf's
 structured-config typing throughout: :meth:`TrainConfig.validate` and
-:meth:`sharnn.model.SHARNNConfig.validate` apply the same to a config built in Python
-(:func:`sharnn.model.typed`).
+:meth:`sharnn.models.config.SHARNNConfig.validate` apply the same to a config built in Python
+(:func:`sharnn.config_check.typed`).
 
 The resolved configuration is written into every run folder and checkpoint as
 ``config.yaml``, the single source of truth for that run.
@@ -22,8 +22,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .config_check import omegaconf_message, typed
 from .errors import ConfigError
-from .model import SHARNNConfig, omegaconf_message, typed
+from .models.config import SHARNNConfig
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = ("lamb", "adamw")
@@ -36,7 +37,7 @@ class TrainConfig:
     (Table 2, §4.1; docs/training.md), which is the ``enwik8-paper`` preset.
 
     Data:
-        data: corpus (see :func:`sharnn.data.load_corpus`): a prepared folder (bytes, or
+        data: corpus (see :func:`sharnn.data.corpus.load_corpus`): a prepared folder (bytes, or
             words or wordpieces with its tokenizer: then ``model.vocab_size`` must be the
             tokenizer's), a file or folder of any bytes, or a bundled name (``enwik8-head``).
         valid_fraction, test_fraction: split by position for corpora that are not prepared.
@@ -111,7 +112,7 @@ class TrainConfig:
     seed: int = 5512
 
     def validate(self) -> None:
-        """Check every value: its type (:func:`sharnn.model.typed`, OmegaConf's, as
+        """Check every value: its type (:func:`sharnn.config_check.typed`, OmegaConf's, as
         :func:`load_config` reads YAML), then its range and how the values fit together.
         Raise :class:`ConfigError` naming the first invalid value; changes nothing."""
         config = typed(self)
@@ -121,7 +122,7 @@ class TrainConfig:
     def check_values(self) -> None:
         """Check the range of every value of this typed config (:meth:`validate` types it
         first) and how the values fit together, the model's excepted
-        (:meth:`sharnn.model.SHARNNConfig.check_values`). Raises :class:`ConfigError`."""
+        (:meth:`sharnn.models.config.SHARNNConfig.check_values`). Raises :class:`ConfigError`."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
@@ -291,3 +292,21 @@ def _spell_fast_path(merged: DictConfig) -> None:
     """YAML reads ``on``/``off`` (and yes/no, true/false) as booleans, which reach the
     string field as "True"/"False": spell them as the setting's words."""
     merged.fast_path = {"true": "on", "false": "off"}.get(str(merged.fast_path).lower(), merged.fast_path)
+
+
+def config_changes(old, new) -> dict[str, list]:
+    """The settings that differ between two configurations of one kind (:class:`TrainConfig`
+    or :class:`SHARNNConfig`), as ``{key: [old, new]}`` with dotted keys for the model."""
+    before, after = flatten(dataclasses.asdict(old)), flatten(dataclasses.asdict(new))
+    return {key: [before[key], after[key]] for key in before if before[key] != after[key]}
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict:
+    """A nested mapping as one level, its keys dotted (``model.d_model``)."""
+    flat = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat

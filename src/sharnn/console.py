@@ -93,7 +93,7 @@ def _exit_at_once(signum, frame):
 def _echo_once(message: str) -> None:
     """Print ``message`` on standard error; under torchrun, from the first process of each
     machine only (every process meets the same error)."""
-    from .distributed import first_on_its_machine
+    from .training.distributed import first_on_its_machine
 
     if first_on_its_machine():
         click.echo(message, err=True)

@@ -2,7 +2,7 @@
 the Hugging Face Hub layout (docs/sharing.md)::
 
     config.json          the model config (``collapsed: true`` with --collapse)
-    model.safetensors    the weights, with their SHA-256 (:mod:`sharnn.pretrained`)
+    model.safetensors    the weights, with their SHA-256 (:mod:`sharnn.models.hub`)
     README.md            the model card (template ``sharnn/model_card.md``)
     train_config.yaml    the run's full TrainConfig: ``sharnn train --config`` re-runs it,
                          ``sharnn eval DIR`` evaluates with its data and protocol
@@ -25,14 +25,15 @@ from pathlib import Path
 from huggingface_hub import EvalResult
 from omegaconf import OmegaConf
 
-from . import checkpoint
 from .config import TrainConfig, to_yaml
+from .data.tokenizer import ByteTokenizer, Tokenizer, save_tokenizer
 from .errors import CheckpointError
 from .files import check_new, output_lock, publish, staging_folder
-from .metrics import plot_bpc, read_records
-from .model import SHARNN, SHARNNConfig
-from .run_folder import read_summary
-from .tokenizer import ByteTokenizer, Tokenizer, save_tokenizer
+from .models.config import SHARNNConfig
+from .models.sharnn import SHARNN
+from .training import checkpoint
+from .training.metrics import plot_bpc, read_records
+from .training.run_folder import read_summary
 
 TRAINING_FILE, CURVE_FILE = "training.json", "bpc.png"
 

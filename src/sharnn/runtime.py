@@ -19,7 +19,7 @@ import torch
 
 from .config import FAST_PATH, PRECISIONS
 from .errors import ConfigError
-from .model import SHARNN
+from .models.sharnn import SHARNN
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

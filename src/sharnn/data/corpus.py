@@ -1,7 +1,7 @@
-"""Data: loading corpora, batchify and BPTT windows (preparing them: :mod:`sharnn.prepare`).
+"""Data: loading corpora, batchify and BPTT windows (preparing them: :mod:`sharnn.data.prepare`).
 
 A corpus is three arrays (train, valid, test) of token ids and the tokenizer that made
-them (:mod:`sharnn.tokenizer`): raw bytes (uint8, token id = byte value) unless it was
+them (:mod:`sharnn.data.tokenizer`): raw bytes (uint8, token id = byte value) unless it was
 prepared with ``words`` or ``bpe:N``. Prepared corpora live in a folder with
 ``train.bin``, ``valid.bin``, ``test.bin`` (ids in the smallest unsigned dtype that holds
 the vocabulary: uint8 for bytes, uint16 or uint32 for words and bpe), ``meta.json`` and,
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import DataError
+from ..errors import DataError
 from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
 BUNDLED_CORPORA = {"enwik8-head": "enwik8-head.gz"}
@@ -68,7 +68,7 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
     """Open a corpus by name or path.
 
     ``spec`` is one of: a bundled corpus name (``enwik8-head``); a folder made by
-    ``sharnn prepare`` (:mod:`sharnn.prepare`; has ``meta.json``), its splits in the dtype
+    ``sharnn prepare`` (:mod:`sharnn.data.prepare`; has ``meta.json``), its splits in the dtype
     it names; any file (``.gz`` is decompressed) or folder of files (concatenated in sorted
     path order), as uint8 bytes split by position with the given fractions.
 
@@ -210,3 +210,29 @@ def bptt_windows(
         length = window_length(row, rows, bptt, rng)
         yield row, length
         row += length
+
+
+def split_prefix(corpus, split: str, max_bytes: int) -> tuple[np.ndarray, int | None]:
+    """``(ids, bytes)``: the longest prefix of a split whose text is at most ``max_bytes``
+    bytes (whole tokens: for a byte corpus, ``max_bytes`` of them) and the bytes of its
+    text; the whole split and None when ``max_bytes`` is 0 or the split is no longer."""
+    ids = corpus.split(split)
+    if max_bytes <= 0:
+        return ids, None
+    if corpus.tokenizer.is_bytes:
+        count = min(max_bytes, len(ids))
+        size = count
+    else:
+        ends = np.cumsum(corpus.tokenizer.byte_lengths()[ids])  # where each token's text ends
+        count = int(np.searchsorted(ends, max_bytes, side="right"))
+        size = int(ends[count - 1]) if count else 0
+    return (ids, None) if count == len(ids) else (ids[:count], size)
+
+
+def mean_bytes_per_token(corpus) -> float:
+    """The train split's bytes per token (1 for bytes): training logs its loss in bits
+    per token over this, an estimate of its bits per byte (evaluations count exactly)."""
+    if corpus.tokenizer.is_bytes:
+        return 1.0
+    counts = np.bincount(corpus.train, minlength=corpus.tokenizer.vocab_size)  # no int64 copy of the split
+    return float(counts @ corpus.tokenizer.byte_lengths() / len(corpus.train))

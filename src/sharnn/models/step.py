@@ -1,6 +1,8 @@
-"""One inference position of a trained SHA-RNN for ``B`` streams at once: what ``sharnn
+"""One inference position of a trained model for ``B`` streams at once: what ``sharnn
 compress``, ``decompress`` and ``generate`` run for every token (docs/compression.md,
-"The step").
+"The step"). Two steps with one interface (``step(tokens [B]) -> logits [B, V]``,
+``refresh()``), kept side by side: :class:`ReferenceStep`, the model's own forward on one
+position, and :class:`Step`, the fast SHA-RNN step that computes the same function.
 
 ``model(tokens [1, B], state)`` runs one position through the code written for windows
 of ``T`` positions: it copies the whole memory to append the new position, recomputes
@@ -38,12 +40,31 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .errors import ConfigError
-from .model import SHARNN, Block, LayerNormLSTM, State
+from ..errors import ConfigError
+from .build import LanguageModel
+from .lstm import LayerNormLSTM
+from .sharnn import SHARNN, Block, State
 
-GELU_SLOPE = 1.702  # the model's GELU, x sigmoid(1.702 x) (sharnn.model.gelu)
+GELU_SLOPE = 1.702  # the model's GELU, x sigmoid(1.702 x) (sharnn.models.sharnn.gelu)
 TABLE_MAX_ROWS = 256  # a larger vocabulary gathers its embeddings instead: its table would cost more than it saves
 PRECISIONS = ("fp32", "bf16")  # fp32: the products in the parameters' dtype; bf16: in bfloat16
+
+
+class ReferenceStep:
+    """The model's forward on one position ``[1, B]``, its state carried: the reference the
+    fast :class:`Step` is checked against, the step of a Transformer, and how compressed
+    files of format versions 1 and 2 were coded. ``model`` in eval mode, as for :class:`Step`."""
+
+    def __init__(self, model: LanguageModel):
+        self.model, self.state = model, None
+
+    def refresh(self) -> None:
+        """Nothing to prepare: the forward reads the weights as they are."""
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """``tokens [B]`` -> logits ``[B, V]``."""
+        logits, self.state = self.model(tokens.view(1, -1), self.state)
+        return logits[0]
 
 
 class Step:
@@ -56,7 +77,7 @@ class Step:
         logits = step(next_tokens)           # the state carried, the memory in the ring
 
     Args:
-        model: a trained :class:`~sharnn.model.SHARNN` in the parameters' dtype (fp32);
+        model: a trained :class:`~sharnn.models.sharnn.SHARNN` in the parameters' dtype (fp32);
             its weights are read, never changed; its mode does not matter (no dropout).
         streams: ``B``, the number of streams.
         positions: the most positions the step will run, those of a state given to

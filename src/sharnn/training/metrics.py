@@ -35,9 +35,15 @@ from __future__ import annotations
 import io
 import json
 import math
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from .files import write_atomically
+import torch
+
+from ..evaluation import EvalResult
+from ..files import write_atomically
+from .recipe import Progress
 
 UNIFORM_BPC = math.log2(256)  # 8 bits: the cost of guessing bytes uniformly
 WARMUP_FRACTION = 0.1  # train points in this first part of the steps may lie above the plot
@@ -228,3 +234,82 @@ def _parse_json(line: str) -> dict | None:
         return json.loads(line)
     except json.JSONDecodeError:
         return None
+
+
+def where(split: str, progress: Progress, epochs: float) -> dict:
+    """The first fields of a train or valid record: its split and where the run stands
+    (``epochs``: the epochs of training done; ``seconds``: of training)."""
+    return {"split": split, "step": progress.step, "epoch": round(epochs, 4), "seconds": round(progress.elapsed, 2)}
+
+
+def scores(result: EvalResult, prefix_bytes: int | None = None) -> dict:
+    """A split's figures for metrics.jsonl: ``bpc`` (bits per byte of text), ``nats`` (per
+    token), and for token corpora ``bits_per_token``, ``perplexity`` (per token) and
+    ``word_perplexity`` (WikiText); ``prefix_bytes`` too when the split was scored on its
+    first ``prefix_bytes`` bytes only (None: the whole split)."""
+    figures = {"bpc": result.bpc, "nats": result.nats}
+    if result.bytes != result.tokens:
+        figures.update(bits_per_token=result.bits_per_token, perplexity=result.perplexity)
+    if result.word_perplexity is not None:
+        figures["word_perplexity"] = result.word_perplexity
+    if prefix_bytes is not None:
+        figures["prefix_bytes"] = prefix_bytes
+    return figures
+
+
+def describe_score(result: EvalResult) -> str:
+    """``1.2345 BPC`` and, for WikiText, ``, word perplexity 123.4``."""
+    words = f", word perplexity {result.word_perplexity:.1f}" if result.word_perplexity is not None else ""
+    return f"{result.bpc:.4f} BPC{words}"
+
+
+class TrainLog:
+    """The train records of a run, one every ``log_every_steps``: the mean loss of the
+    steps since the previous record, summed on the device so that only a record waits for
+    it, and the training throughput, without the time spent inside :meth:`paused`.
+
+    Args:
+        device: where the losses are.
+        bytes_per_token: the train split's mean bytes per token (1 for bytes): the
+            record's ``bpc`` is its bits per token over this.
+    """
+
+    def __init__(self, device: torch.device, bytes_per_token: float):
+        self.bytes_per_token = bytes_per_token
+        self.loss_sum = torch.zeros((), device=device)  # accumulated on the device; read at log steps
+        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+
+    def add(self, loss: torch.Tensor, tokens: int) -> None:
+        """Count one step: its loss (nats per token, a 0-dim tensor) and its tokens."""
+        self.loss_sum += loss
+        self.steps += 1
+        self.tokens += tokens
+
+    def record(self, where: dict, lr: float, grad_norm: torch.Tensor) -> dict:
+        """The train record of the steps since the previous one (``where``: its split,
+        step, epoch and seconds), with this step's ``lr`` and ``grad_norm``; the next
+        record counts from here."""
+        now = time.perf_counter()
+        bits_per_token = float(self.loss_sum) / self.steps / math.log(2)
+        record = {
+            **where,
+            "bpc": bits_per_token / self.bytes_per_token,
+            "lr": lr,
+            "grad_norm": float(grad_norm),
+            "tokens_per_s": self.tokens / (now - self.start),  # training time only: see paused
+        }
+        if self.bytes_per_token != 1:
+            record["bits_per_token"] = bits_per_token
+        self.loss_sum.zero_()
+        self.steps = self.tokens = 0
+        self.start = now
+        return record
+
+    @contextmanager
+    def paused(self):
+        """Time spent inside is not training time: it does not count in ``tokens_per_s``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.start += time.perf_counter() - start

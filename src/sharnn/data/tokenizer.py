@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import DataError
-from .files import write_atomically
+from ..errors import DataError
+from ..files import write_atomically
 
 TOKENIZER_FILE = "tokenizer.json"
 EOS = "<eos>"

@@ -1,11 +1,11 @@
-"""Training (docs/training.md): :func:`train` runs the recipe (:mod:`sharnn.recipe`) step
-by step in a run folder (:class:`~sharnn.run_folder.RunFolder`), validating, saving and
+"""Training (docs/training.md): :func:`train` runs the recipe (:mod:`sharnn.training.recipe`) step
+by step in a run folder (:class:`~sharnn.training.run_folder.RunFolder`), validating, saving and
 testing; :class:`Trainer` holds the named steps of its loop.
 
 A stopped run (Ctrl-C, SIGTERM, a ``should_stop`` hook, kill -9) continues from
 ``latest`` with ``train(..., resume=True)`` as if it had never stopped (a stop during a
 validation abandons it within a window and saves the step; the resume validates it); a
-resume may also change the settings in :data:`~sharnn.run_start.RESUMABLE`, and a new run
+resume may also change the settings in :data:`~sharnn.training.run_start.RESUMABLE`, and a new run
 may start from trained weights (``init_from``). A run that diverges stops without saving.
 """
 
@@ -19,18 +19,19 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..config import TrainConfig
+from ..data.corpus import batchify, get_batch, load_corpus, mean_bytes_per_token, split_prefix, window_length
+from ..errors import TrainingDiverged
+from ..evaluation import EvalResult, EvaluationStopped, evaluate
+from ..generation import print_sample
+from ..progress import ProgressDisplay
+from ..runtime import Runtime, resolve_device
 from . import checkpoint, recipe, run_start
-from .config import TrainConfig
-from .data import batchify, get_batch, load_corpus, window_length
 from .distributed import Distributed
-from .errors import TrainingDiverged
-from .evaluate import EvalResult, EvaluationStopped, evaluate
-from .generate import print_sample
-from .progress import ProgressDisplay
-from .recipe import Progress, learning_rate, out_of_budget, split_prefix
-from .run_folder import RunFolder, StopRequest, TrainLog, describe_score, scores, where
-from .run_start import resume_config as resume_config
-from .runtime import Runtime, resolve_device
+from .metrics import TrainLog, describe_score, scores, where
+from .recipe import Progress, learning_rate, out_of_budget
+from .run_folder import RunFolder
+from .stop import StopRequest
 
 
 def train(
@@ -45,7 +46,7 @@ def train(
 
     Args:
         config: the run's configuration. With ``resume``, the run's own (see
-            :func:`resume_config`), where only the settings in :data:`~sharnn.run_start.RESUMABLE` may differ
+            :func:`resume_config`), where only the settings in :data:`~sharnn.training.run_start.RESUMABLE` may differ
             from what the run used so far; each change is recorded in ``metrics.jsonl``.
         run_dir: the run folder; must not exist unless ``resume``.
         resume: continue from ``run_dir/latest`` (a run killed before its first
@@ -161,9 +162,9 @@ def _validate_resumed_step(trainer: Trainer, stop_requested: StopRequest) -> boo
 
 class Trainer:
     """One run of the recipe in a :class:`RunFolder`: its set-up (a new run, a resumed one,
-    or one started from trained weights: :mod:`sharnn.run_start`; ``summary`` is set when
+    or one started from trained weights: :mod:`sharnn.training.run_start`; ``summary`` is set when
     a resumed run had finished already) and the named steps :func:`train` calls, around a
-    :class:`~sharnn.recipe.TrainingState`.
+    :class:`~sharnn.training.recipe.TrainingState`.
 
     Collective: every process of a run calls :meth:`train_window`, :meth:`agree`,
     :meth:`check_diverged`, :meth:`validate`, :meth:`save` and :meth:`finish` at the
@@ -181,7 +182,7 @@ class Trainer:
         self.runtime = Runtime.for_training(config, self.distributed.device(device))
         self.corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
         resumed = resume and run.checkpoints.has_latest()
-        recipe.check_corpus(config, self.corpus, run_start.trained_tokenizer(config, run, resumed))
+        run_start.check_corpus(config, self.corpus, run_start.trained_tokenizer(config, run, resumed))
         self.eval_data = {
             split: split_prefix(self.corpus, split, limit)
             for split, limit in (("valid", config.valid_max_bytes), ("test", config.test_max_bytes))
@@ -198,7 +199,7 @@ class Trainer:
         self.train_model = self.distributed.wrap(state.model)  # DDP in a multi-process run
         self.param_names = {p: n for n, p in state.model.state_dict(keep_vars=True).items()}
         self.divergence = recipe.Divergence(config.model.vocab_size, self.runtime.device)
-        self.log = TrainLog(self.runtime.device, recipe.mean_bytes_per_token(self.corpus))
+        self.log = TrainLog(self.runtime.device, mean_bytes_per_token(self.corpus))
         self.clock_start = time.perf_counter() - state.progress.elapsed
         start = recipe.budget_used(config, state.progress, self.epochs_done())
         self.display = ProgressDisplay("train", config.progress_every_seconds, enabled=not self.quiet, start=start)
@@ -268,7 +269,7 @@ class Trainer:
         progress.epoch, progress.row, self.state.recurrent_state = progress.epoch + 1, 0, None
 
     def check_diverged(self, saving: bool = False) -> None:
-        """Stop a run that has diverged (see :class:`~sharnn.recipe.Divergence`). Before a
+        """Stop a run that has diverged (see :class:`~sharnn.training.recipe.Divergence`). Before a
         save (``saving``) the weights must be finite and the last loss not far above the
         uniform baseline, so that no checkpoint is written from a diverged state.
 
@@ -338,7 +339,9 @@ class Trainer:
                 result = None
         if self.distributed.agree(result is None, 0.0)[0]:
             return None
-        return self.distributed.combine(result)  # each process scored its block of the streams
+        if self.distributed.world_size == 1:
+            return result
+        return EvalResult.from_totals(self.distributed.sum(result.totals()), words=result.words is not None)
 
     def finish(self, abandon: Callable[[], bool] | None = None) -> dict:
         """Test the best checkpoint (on the first ``test_max_bytes``), write ``summary.json``;

@@ -33,10 +33,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from .architectures import state_from_tensors
-from .errors import ConfigError, RunError, SharnnError
-from .evaluate import EvalResult
-from .model import State
+from ..errors import ConfigError, RunError, SharnnError
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 T = TypeVar("T")
@@ -236,45 +233,30 @@ class Distributed:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=_control_group())
         return bool(flags[0]), float(flags[1])
 
-    def combine(self, result: EvalResult) -> EvalResult:
-        """One score from each process's score of its block of streams: the total
-        negative log-likelihood over the total number of predicted tokens, and the bytes
-        and words those tokens stand for, summed."""
+    def sum(self, values: list[float]) -> list[float]:
+        """Each of ``values`` summed over the processes, in float64 (evaluation's totals:
+        negative log-likelihood, tokens, bytes, words); the values themselves in a single
+        process."""
         if self.world_size == 1:
-            return result
-        words = result.words is not None
-        totals = torch.tensor(
-            [result.nats * result.tokens, result.tokens, result.bytes, result.words or 0], dtype=torch.float64
-        )
+            return values
+        totals = torch.tensor(values, dtype=torch.float64)
         dist.all_reduce(totals, group=_control_group())
-        return EvalResult(
-            float(totals[0] / totals[1]), int(totals[1]), int(totals[2]), int(totals[3]) if words else None
-        )
+        return totals.tolist()
 
-    def gather_streams(self, state: State | None, n_layers: int) -> State | None:
-        """Every process's recurrent state, its streams side by side in rank order (the
-        state one process would carry for all ``B`` streams), on the main process; None
-        on the others, and where the streams are cold."""
-        if not self.active or state is None:
-            return state
-        tensors = {name: self._gather(t) for name, t in state.tensors().items()}
-        return (
-            state_from_tensors({name: torch.cat(parts, dim=1) for name, parts in tensors.items()}, n_layers)
-            if self.is_main
-            else None
-        )
+    def gather_streams(self, tensors: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """Every process's ``tensors`` (a recurrent state's, the streams on dim 1), their
+        streams side by side in rank order, on the CPU of the main process: the state one
+        process would carry for all ``B`` streams. None on the other processes."""
+        if not self.active:
+            return tensors
+        parts = {name: self._gather(t) for name, t in tensors.items()}
+        return {name: torch.cat(p, dim=1) for name, p in parts.items()} if self.is_main else None
 
     def gather_rows(self, tensor: Tensor) -> Tensor | None:
         """Every process's ``tensor`` (an RNG state), stacked in rank order ``[N, ...]``
         on the CPU of the main process; None on the others."""
         parts = self._gather(tensor)
         return torch.stack(parts) if self.is_main else None
-
-    def own_streams(self, state: State | None, n_layers: int, streams: slice) -> State | None:
-        """This process's streams of a state saved for all of them."""
-        if state is None:
-            return None
-        return state_from_tensors({name: t[:, streams].contiguous() for name, t in state.tensors().items()}, n_layers)
 
     def _gather(self, tensor: Tensor) -> list[Tensor]:
         """Every process's ``tensor``, on the CPU of the main process (None elsewhere)."""

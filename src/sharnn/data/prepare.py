@@ -1,5 +1,5 @@
 """Preparation: enwik8, WikiText-2 and any corpus checked, tokenized and written as a
-prepared corpus folder that :func:`sharnn.data.load_corpus` memory-maps.
+prepared corpus folder that :func:`sharnn.data.corpus.load_corpus` memory-maps.
 
 A prepared folder holds ``train.bin``, ``valid.bin``, ``test.bin`` (token ids in the
 smallest unsigned dtype that holds the vocabulary: uint8 for bytes, uint16 or uint32 for
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import SPLITS, bundled_wikitext2, load_corpus, read_bytes, split_by_position
-from .errors import DataError
-from .files import check_new, output_lock, publish, staging_folder
+from ..errors import DataError
+from ..files import check_new, output_lock, publish, staging_folder
+from .corpus import SPLITS, bundled_wikitext2, load_corpus, read_bytes, split_by_position
 from .tokenizer import ByteTokenizer, Tokenizer, check_round_trip, check_spec, make_tokenizer, save_tokenizer
 
 ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
@@ -175,7 +175,7 @@ def prepared_report(folder: str | Path) -> list[str]:
 
 
 def tokenize_splits(tokenizer: Tokenizer, texts: dict[str, bytes], source: str) -> list[np.ndarray]:
-    """Each split's token ids (int64 ``[N]``, in :data:`sharnn.data.SPLITS` order), after
+    """Each split's token ids (int64 ``[N]``, in :data:`sharnn.data.corpus.SPLITS` order), after
     checking that they decode to exactly its text. Raises :class:`DataError` naming the
     split that the tokenizer cannot represent or that gets fewer than 2 tokens."""
     splits = []

@@ -10,7 +10,7 @@ predictions (their total, and its mean per token) (the original code divided by 
 One total, three figures (paper §6.1, docs/tokenization.md): bits per byte of the text
 the predicted tokens stand for, word perplexity over its words + ``<eos>`` (WikiText),
 and the model's own per-token perplexity. Each token stands for exact bytes
-(:attr:`sharnn.tokenizer.Tokenizer.token_bytes`), so these are counted, not estimated.
+(:attr:`sharnn.data.tokenizer.Tokenizer.token_bytes`), so these are counted, not estimated.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .data import batchify, bptt_windows, get_batch
+from .data.corpus import batchify, bptt_windows, get_batch
+from .data.tokenizer import ByteTokenizer, Tokenizer
 from .errors import DataError
-from .model import SHARNN, State
+from .models.sharnn import SHARNN, State
 from .progress import ProgressDisplay
 from .runtime import autocast
-from .tokenizer import ByteTokenizer, Tokenizer
 
 
 class EvaluationStopped(Exception):
@@ -61,6 +61,18 @@ class EvalResult:
     def __post_init__(self):
         if self.bytes is None:
             self.bytes = self.tokens
+
+    def totals(self) -> list[float]:
+        """``[nats * tokens, tokens, bytes, words or 0]``: what adds up over the blocks of a
+        split's streams (several processes score one block each)."""
+        return [self.nats * self.tokens, self.tokens, self.bytes, self.words or 0]
+
+    @classmethod
+    def from_totals(cls, totals: list[float], words: bool) -> EvalResult:
+        """The score of the summed :meth:`totals` of several blocks: the total negative
+        log-likelihood over the total predicted tokens; ``words`` whether they count words."""
+        nats, tokens, count, word_count = totals
+        return cls(nats / tokens, int(tokens), int(count), int(word_count) if words else None)
 
     @property
     def bits(self) -> float:
@@ -113,7 +125,7 @@ def evaluate(
         autocast_dtype: run under autocast with this dtype (None: fp32).
         progress: where to show how far the evaluation is (fraction of the windows done).
         block: score only these of the ``B`` streams (one process's share in a
-            multi-process run, :mod:`sharnn.distributed`); None: all of them.
+            multi-process run, :mod:`sharnn.training.distributed`); None: all of them.
         tokenizer: what the ids stand for (None: bytes).
         count_words: count the words + ``<eos>`` of the predicted text (WikiText).
         stop: asked before every window (None: never); True abandons the evaluation.

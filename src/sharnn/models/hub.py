@@ -8,7 +8,9 @@
 
 Safetensors files carry no checksum, so a flipped byte in the tensor data would load
 silently; the recorded SHA-256 is checked on every load. This module holds the file
-format; :class:`sharnn.model.SHARNN` builds and fills the model.
+format, and :class:`HubModel`, the mixin through which both architectures
+(:class:`~sharnn.models.sharnn.SHARNN`, :class:`~sharnn.models.transformer.Transformer`)
+write and read it.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from pathlib import Path
 
 import safetensors.torch
 import torch
-from huggingface_hub import EvalResult, ModelCard, ModelCardData, hf_hub_download
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, PyTorchModelHubMixin, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HFValidationError
 from safetensors import SafetensorError, safe_open
 
-from .errors import CheckpointError
-from .files import write_atomically
+from ..errors import CheckpointError, ConfigError
+from ..files import write_atomically
+from .config import SHARNNConfig
 
 CONFIG_JSON, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -34,7 +37,7 @@ CONFIG_JSON, WEIGHTS_FILE = "config.json", "model.safetensors"
 def update_weights_digest(digest, weights: Mapping[str, torch.Tensor]) -> None:
     """Feed every tensor of ``weights`` to ``digest`` (a ``hashlib`` object), sorted by
     name: ``"NAME DTYPE SHAPE"`` then its bytes. The compressor's model fingerprint
-    (:func:`sharnn.compress.model_sha256`) is this after the config."""
+    (:func:`sharnn.models.build.model_sha256`) is this after the config."""
     for name, tensor in sorted(weights.items()):
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -163,3 +166,68 @@ def model_card(
     )
     template = resources.files("sharnn").joinpath("model_card.md").read_text(encoding="utf-8")
     return ModelCard.from_template(metadata, template_str=template, **fields)
+
+
+def pretrained_config(fields: dict | None, source: Path) -> SHARNNConfig:
+    """The :class:`SHARNNConfig` of config.json's object ``fields``. Raises
+    :class:`CheckpointError` naming ``source``: no config.json, an unknown setting, a
+    wrong type or an invalid value."""
+    if fields is None:
+        raise CheckpointError(f"{source} is missing")
+    try:
+        return SHARNNConfig.from_dict(fields)
+    except ConfigError as e:
+        raise CheckpointError(f"{source}: {e}") from None
+
+
+class HubModel(PyTorchModelHubMixin):
+    """``save_pretrained`` and ``from_pretrained`` in the Hub layout above, for both
+    architectures: a model class derives from ``nn.Module`` and this mixin (with the
+    mixin's class keywords: ``library_name``, ``tags``, ...), holds its
+    :class:`SHARNNConfig` as ``self.config``, is built by ``cls(config)``, and says what its
+    model card shows in :meth:`model_card_fields`."""
+
+    def _save_pretrained(self, save_directory: Path) -> None:
+        """The mixin's hook: write ``config.json`` (this model's config, so a collapsed
+        model says so) and ``model.safetensors`` (with the weights' SHA-256). A model card
+        left by an earlier save is removed, so that the mixin writes this model's."""
+        write_files(Path(save_directory), self.config.to_dict(), self.state_dict())
+        (Path(save_directory) / "README.md").unlink(missing_ok=True)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs):
+        """The model saved in a local folder (read offline, silently) or a Hub repo id, in
+        eval mode on ``map_location`` (default ``"cpu"``); other keywords (revision,
+        cache_dir, token, ...) are the mixin's, for the Hub.
+
+        Raises:
+            CheckpointError: no ``config.json``, an invalid one, weights that fail their
+                SHA-256 check, a missing or corrupt ``model.safetensors``, or weights
+                that do not fit the config (a missing or extra tensor, a wrong shape); a
+                name that is neither a folder nor a model the Hub gives (not a valid repo
+                id, not found, no network).
+        """
+        return load_strictly(super().from_pretrained, pretrained_model_name_or_path, **kwargs)
+
+    @classmethod
+    def _from_pretrained(
+        cls, *, model_id: str, config: dict | None = None, map_location: str | torch.device = "cpu", **download
+    ):
+        """The mixin's hook: ``config`` is config.json's object as the mixin read it (it
+        does not decode it: the annotation of ``__init__`` is text here); the weights are
+        checked and loaded strictly."""
+        folder = locate(model_id, **download)
+        model = cls(pretrained_config(config, folder / CONFIG_JSON))
+        apply_weights(model, read_weights(folder), folder / WEIGHTS_FILE)
+        return model.to(map_location).eval()
+
+    def generate_model_card(self, *args, **kwargs) -> ModelCard:
+        """The ``README.md`` that ``save_pretrained`` writes: :meth:`model_card_fields` of this
+        model; ``kwargs`` add the rest (``sharnn export`` adds the training record, the data
+        and its licence; see :func:`model_card`)."""
+        return model_card(self._hub_mixin_info.model_card_data, **(self.model_card_fields() | kwargs))
+
+    def model_card_fields(self) -> dict:
+        """What the model card says of the model itself: config, attention blocks,
+        parameter counts, paper; each architecture defines it."""
+        raise NotImplementedError

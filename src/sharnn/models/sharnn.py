@@ -29,8 +29,8 @@ outside (:mod:`sharnn.runtime`); nothing here branches on them.
 
 ``SHARNN`` is a ``huggingface_hub.PyTorchModelHubMixin``: ``save_pretrained`` and
 ``from_pretrained`` write and read the Hub layout (``config.json``, ``model.safetensors``
-with the SHA-256 of its weights, a model card), strictly; the file format is
-:mod:`sharnn.pretrained` (docs/sharing.md).
+with the SHA-256 of its weights, a model card), strictly, through
+:class:`sharnn.models.hub.HubModel` (docs/sharing.md).
 """
 
 from __future__ import annotations
@@ -38,250 +38,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import re
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from huggingface_hub import ModelCard, PyTorchModelHubMixin
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
-from . import pretrained
-from .errors import CheckpointError, ConfigError
-
-
-def typed(config, prefix: str = ""):
-    """A copy of the dataclass instance ``config`` (a :class:`SHARNNConfig`, a
-    :class:`sharnn.config.TrainConfig`) whose every value is read as its annotation's type
-    by OmegaConf's structured configs: the one type check of the configurations, the same
-    that :func:`sharnn.config.load_config` applies to YAML and ``key=value`` overrides. A
-    value OmegaConf would have to convert to read it as its type (text for a number, a
-    number for a bool) is refused: a configuration keeps its values as they were given,
-    which is what is saved and fingerprinted; a whole number for a float passes (``0``
-    reads as 0.0), and so does a tuple for a list. ``config`` itself is not changed.
-    ``prefix`` says where ``config`` sits (``"model."``), for the messages.
-
-    Raises:
-        ConfigError: naming the first key whose value is not of its type.
-    """
-    try:
-        converted = OmegaConf.to_object(OmegaConf.structured(config))
-    except OmegaConfBaseException as e:
-        raise ConfigError(omegaconf_message(e, prefix)) from None
-    _refuse_conversions(config, converted, prefix)
-    return converted
-
-
-def _refuse_conversions(given, converted, prefix: str) -> None:
-    """Raise :class:`ConfigError` for the first value of the dataclass ``given`` that
-    OmegaConf changed in kind to read it (``converted``): text read as a number, a number
-    read as a bool."""
-    for f in dataclasses.fields(given):
-        before, after = getattr(given, f.name), getattr(converted, f.name)
-        if dataclasses.is_dataclass(before):
-            _refuse_conversions(before, after, f"{prefix}{f.name}.")
-            continue
-        same = list(before) == after if isinstance(before, tuple) else before == after
-        kind_kept = isinstance(before, str) == isinstance(after, str) and isinstance(before, bool) == isinstance(
-            after, bool
-        )
-        if not (same and kind_kept):
-            raise ConfigError(f"{prefix}{f.name} must be {_kind(after)}, got {before!r}")
-
-
-def _kind(value) -> str:
-    """How a message names the type of ``value``."""
-    if isinstance(value, bool):
-        return "true or false"
-    return {int: "an integer", float: "a number", str: "a word"}.get(type(value), "a list of integers")
-
-
-def omegaconf_message(e: OmegaConfBaseException, prefix: str = "") -> str:
-    """One line for an error of OmegaConf's typing: the key (after ``prefix``), what it
-    must be, and the value given."""
-    message = str(e).splitlines()[0]
-    key = prefix + e.full_key if getattr(e, "full_key", None) else None
-    if "not in" in message and key:
-        return f"unknown config key {key!r}"
-    if "incompatible with type hint 'Union[str, list[int]]'" in message and key:  # model.attention
-        return f"{key} must be a word or a list of integers, got {e.value!r}"
-    converted = re.search(r"could not be converted to (Integer|Float)$", message)
-    if converted and key:  # "Value 'abc' of type 'str' could not be converted to Integer"
-        expected = {"Integer": "an integer", "Float": "a number"}[converted[1]]
-        return f"{key} must be {expected}, got {e.value!r}"
-    return f"{key}: {message}" if key else message
-
-
-@dataclass
-class SHARNNConfig:
-    """Everything that defines an SHA-RNN. Defaults are the paper's enwik8 model (Table 2).
-
-    Attributes:
-        vocab_size: number of token ids (256 for bytes).
-        d_model: width of the embedding, the LSTMs and the attention (paper: 1024).
-        n_layers: number of blocks (paper: 4).
-        boom_dim: width of the Boom's hidden layer, a multiple of ``d_model`` (paper: 4096).
-        attention: which blocks have an attention head: ``"none"``, ``"single"`` (block
-            ``n_layers - 2``, the paper's single head), ``"all"``, or a list of block indices.
-        attention_span: positions one window attends to, the window itself included
-            (paper: 5000). The memory keeps the last ``span - T``; in a model with
-            attention a window may not be longer than the span.
-        dropouti: dropout on the embedding output (Table 2's "i").
-        dropouth: dropout inside the blocks: LSTM output, query, values, attention
-            probabilities, Boom hidden layer and both sub-layer outputs ("h").
-        dropouto: dropout before the tied softmax ("o").
-        layer_norm_eps: epsilon of every LayerNorm (1e-12, as the original code).
-        collapsed: whether the value-gate network has been folded into its constant
-            output by :meth:`SHARNN.collapse` (docs/model.md, "Collapse").
-
-    Variants (docs/ablations.md; the defaults are the paper's model):
-        architecture: ``"sha-rnn"``, or ``"transformer"``: the decoder-only baseline of
-            :mod:`sharnn.transformer` built from the same settings (``n_layers`` blocks of
-            width ``d_model``, a feed-forward of ``boom_dim``, a context of
-            ``attention_span`` positions, ``n_heads`` heads); the SHA-RNN-only settings
-            (``attention``, ``cell``, ``value_gate``, ``feed_forward``) keep their defaults.
-        cell: ``"lstm"``, or ``"ln_lstm"``: LayerNorm on the gate pre-activations and on
-            the cell (Ba et al. 2016, §3.1; paper §6.2's open question).
-        value_gate: ``"overparam"``, the paper's gate computed by a network from a vector
-            (§6.4), or ``"vector"``: a plain learned vector through a sigmoid.
-        feed_forward: ``"boom"`` (§3.2), or ``"mlp"``: up-projection, GELU and a
-            down-projection, the Transformer's feed-forward, at the same hidden width.
-        n_heads: attention heads of the Transformer (its width a multiple of it); the
-            SHA-RNN's head is single by design and ignores it.
-
-    Raises:
-        ConfigError (a ``ValueError``): from :meth:`validate` and :meth:`check_window`.
-    """
-
-    vocab_size: int = 256
-    d_model: int = 1024
-    n_layers: int = 4
-    boom_dim: int = 4096
-    attention: str | list[int] = "single"
-    attention_span: int = 5000
-    dropouti: float = 0.1
-    dropouth: float = 0.1
-    dropouto: float = 0.1
-    layer_norm_eps: float = 1e-12
-    collapsed: bool = False
-    architecture: str = "sha-rnn"
-    cell: str = "lstm"
-    value_gate: str = "overparam"
-    feed_forward: str = "boom"
-    n_heads: int = 4
-
-    @classmethod
-    def from_dict(cls, fields: dict) -> SHARNNConfig:
-        """The config a mapping of its settings describes (``config.json``'s object);
-        settings it lacks take their defaults. Raises :class:`ConfigError`: a key that is
-        not a setting, or a value of the wrong type or out of range."""
-        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ConfigError(f"unknown model setting {unknown[0]!r}")
-        config = cls(**fields)
-        config.validate()
-        return config
-
-    def to_dict(self) -> dict:
-        """The settings as a mapping (``config.json``'s object, the compressor's fingerprint),
-        the variants' settings left out where they hold their defaults: the paper's model
-        is described, saved and fingerprinted as it was before variants existed."""
-        fields = dataclasses.asdict(self)
-        for name, default in VARIANT_DEFAULTS.items():
-            if fields[name] == default:
-                del fields[name]
-        return fields
-
-    def validate(self) -> None:
-        """Check every value: its type (:func:`typed`, OmegaConf's, as for YAML), then its
-        range and how the values fit together. Changes nothing.
-
-        Raises:
-            ConfigError: naming the first bad value.
-        """
-        typed(self, "model.").check_values()
-
-    def check_values(self) -> None:
-        """Check the range of every value of this typed config (:meth:`validate` types
-        it first) and how the values fit together. Raises :class:`ConfigError`."""
-        for name in ("vocab_size", "d_model", "n_layers", "boom_dim", "attention_span"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
-        if self.boom_dim % self.d_model:
-            raise ConfigError(f"model.boom_dim ({self.boom_dim}) must be a multiple of model.d_model ({self.d_model})")
-        for name in ("dropouti", "dropouth", "dropouto"):
-            p = getattr(self, name)
-            if not 0.0 <= p < 1.0:
-                raise ConfigError(f"model.{name} must be in [0, 1), got {p}")
-        if not 0 < self.layer_norm_eps < math.inf:
-            raise ConfigError(f"model.layer_norm_eps must be > 0 and finite, got {self.layer_norm_eps}")
-        for name, choices in VARIANTS.items():
-            if getattr(self, name) not in choices:
-                raise ConfigError(f"model.{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        self.attention_blocks()  # raises on a bad placement
-        if self.architecture == "transformer":
-            self._check_transformer()
-
-    def _check_transformer(self) -> None:
-        """The Transformer's constraints: heads that divide the width, and none of the
-        SHA-RNN's own settings changed from their defaults (they would silently do nothing)."""
-        if self.n_heads < 1 or self.d_model % self.n_heads:
-            raise ConfigError(f"model.n_heads ({self.n_heads}) must be >= 1 and divide model.d_model ({self.d_model})")
-        for name in ("attention", "cell", "value_gate", "feed_forward", "collapsed"):
-            if getattr(self, name) != SHARNN_ONLY_DEFAULTS[name]:
-                raise ConfigError(f"model.{name} is a setting of the SHA-RNN; the Transformer has no use for it")
-
-    def attention_blocks(self) -> list[int]:
-        """Indices of the blocks that carry an attention head (``attention`` typed: a word or a
-        list of integers). Raises :class:`ConfigError`: an unknown word, an index out of range."""
-        placement = self.attention
-        words = {"none": [], "single": [max(self.n_layers - 2, 0)], "all": list(range(self.n_layers))}
-        if isinstance(placement, str):
-            if placement in words:
-                return words[placement]
-            raise ConfigError(
-                f"model.attention must be 'none', 'single', 'all' or a list of block indices, got {placement!r}"
-            )
-        blocks = sorted(set(placement))
-        bad = [i for i in blocks if not 0 <= i < self.n_layers]
-        if bad:
-            raise ConfigError(
-                f"model.attention index {bad[0]} is out of range for {self.n_layers} layers (0..{self.n_layers - 1})"
-            )
-        return blocks
-
-    def check_window(self, length: int) -> None:
-        """Refuse a window the model cannot take: with attention, one longer than the
-        attention span (the memory would have to hold a negative number of positions).
-        Without attention any length is fine. Raises :class:`ConfigError`."""
-        if (self.architecture == "transformer" or self.attention_blocks()) and length > self.attention_span:
-            raise ConfigError(
-                f"windows of {length} tokens exceed model.attention_span ({self.attention_span}), "
-                "the positions one window may attend to"
-            )
-
-
-# The variants' settings, their choices (the first is the paper's) and defaults.
-VARIANTS = {
-    "architecture": ("sha-rnn", "transformer"),
-    "cell": ("lstm", "ln_lstm"),
-    "value_gate": ("overparam", "vector"),
-    "feed_forward": ("boom", "mlp"),
-}
-VARIANT_DEFAULTS = {name: choices[0] for name, choices in VARIANTS.items()} | {"n_heads": 4}
-SHARNN_ONLY_DEFAULTS = {
-    "attention": "single",
-    "cell": "lstm",
-    "value_gate": "overparam",
-    "feed_forward": "boom",
-    "collapsed": False,
-}
+from .config import SHARNNConfig
+from .hub import HubModel
+from .lstm import LayerNormLSTM, run_lstm
 
 
 @dataclass
@@ -580,133 +347,9 @@ class Block(nn.Module):
         return run_lstm(self.lstm, x, lstm_state)
 
 
-def run_lstm(
-    lstm: nn.LSTM | LayerNormLSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
-) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """``u, (h, c) = lstm(x, (h, c))``: the one way the model's LSTMs run (cuDNN's on CUDA),
-    whatever runs the model (training, evaluation, generation, compression, the benchmarks).
-
-    Args:
-        lstm: a one-layer ``nn.LSTM(d, d)``, or a :class:`LayerNormLSTM`, which runs its
-            own loop on every path (under autocast too).
-        x: ``[T, B, d]``.
-        lstm_state: ``(h, c)``, each ``[1, B, d]`` in the parameters' dtype, or None for zeros.
-
-    Returns:
-        ``(u [T, B, d], (h, c))``; ``(h, c)`` in the parameters' dtype on every path.
-
-    Under autocast the LSTM runs in the autocast dtype (:func:`_lstm_under_autocast` says
-    why); without it, a window of one position runs through the cell (:func:`_lstm_step`).
-    """
-    if isinstance(lstm, LayerNormLSTM):
-        return lstm(x, lstm_state)
-    if torch.is_autocast_enabled(x.device.type):
-        return _lstm_under_autocast(lstm, x, lstm_state)
-    if x.shape[0] == 1:
-        return _lstm_step(lstm, x, lstm_state)
-    return lstm(x, lstm_state)
-
-
-def _lstm_under_autocast(
-    lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
-) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """The LSTM in the autocast dtype: its weights, input and state cast to that dtype, run
-    with autocast switched off; ``(h, c)`` cast back to the parameters' dtype.
-
-    Why: PyTorch's CUDA autocast runs cuDNN's LSTM in fp16 whatever the autocast dtype,
-    and fp16 gradients underflow without loss scaling (bf16 has fp32's range; CPU's
-    autocast would return a bf16 state). Cast explicitly, the LSTM runs in bf16 under bf16
-    autocast, gradients reach the fp32 weights through the casts, and a state reads the
-    same on every path (fp32, the eager and the fast path, a saved checkpoint).
-    """
-    device = x.device.type
-    dtype = torch.get_autocast_dtype(device)
-    weights = {name: w.to(dtype) for name, w in lstm.named_parameters()}
-    if lstm_state is not None:
-        lstm_state = tuple(t.to(dtype) for t in lstm_state)
-    with torch.autocast(device, enabled=False), warnings.catch_warnings():
-        # the cast weights are not cuDNN's flat buffer: it packs them itself, once per call
-        warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
-        u, (h, c) = torch.func.functional_call(lstm, weights, (x.to(dtype), lstm_state))
-    param_dtype = lstm.weight_hh_l0.dtype
-    return u, (h.to(param_dtype), c.to(param_dtype))
-
-
-def _lstm_step(
-    lstm: nn.LSTM, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None
-) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """The same LSTM on a window of one position ``[1, B, d]`` (generation, compression),
-    through the cell (``torch.lstm_cell``, what ``nn.LSTMCell`` runs): the sequence
-    kernel's set-up per call costs several times the step itself on CPU."""
-    if lstm_state is None:
-        lstm_state = (x.new_zeros(x.shape), x.new_zeros(x.shape))
-    h, c = torch.lstm_cell(
-        x[0],
-        (lstm_state[0][0], lstm_state[1][0]),
-        lstm.weight_ih_l0,
-        lstm.weight_hh_l0,
-        lstm.bias_ih_l0,
-        lstm.bias_hh_l0,
-    )
-    return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
-
-
-class LayerNormLSTM(nn.Module):
-    """A one-layer LSTM with LayerNorm (``model.cell = "ln_lstm"``; Ba, Kiros & Hinton 2016,
-    "Layer Normalization", §3.1, the LN-LSTM; paper §6.2's open question)::
-
-        (f, i, o, g) = LN_hh(W_hh h_{t-1}) + LN_ih(W_ih x_t) + b
-        c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
-        h_t = sigmoid(o) * tanh(LN_cell(c_t))
-
-    Each LayerNorm has its own gain and bias: ``LN_ih`` and ``LN_hh`` over the ``4d``
-    pre-activations, ``LN_cell`` over the ``d`` cells. The gates are in the paper's order
-    ``f, i, o, g`` (``nn.LSTM``'s is ``i, f, g, o``). The input product and its LayerNorm
-    are computed for the whole window at once, the recurrence one position at a time, in
-    plain PyTorch. The state is the LSTM's: ``(h, c)``, each ``[1, B, d]``.
-    """
-
-    def __init__(self, d_model: int, eps: float):
-        super().__init__()
-        self.weight_ih = nn.Parameter(torch.empty(4 * d_model, d_model))  # W_ih, [4d, d]
-        self.weight_hh = nn.Parameter(torch.empty(4 * d_model, d_model))  # W_hh, [4d, d]
-        self.bias = nn.Parameter(torch.empty(4 * d_model))  # b, [4d]
-        self.ln_ih = nn.LayerNorm(4 * d_model, eps=eps)
-        self.ln_hh = nn.LayerNorm(4 * d_model, eps=eps)
-        self.ln_cell = nn.LayerNorm(d_model, eps=eps)
-        self.reset_parameters()
-
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """As ``nn.LSTM``'s: weights and bias U(+-1/sqrt(d)); the LayerNorms gain 1, bias 0."""
-        bound = 1.0 / math.sqrt(self.weight_hh.shape[1])
-        for p in (self.weight_ih, self.weight_hh, self.bias):
-            nn.init.uniform_(p, -bound, bound)
-        for norm in (self.ln_ih, self.ln_hh, self.ln_cell):
-            norm.reset_parameters()
-
-    def forward(
-        self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None = None
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """``x [T, B, d]``, ``(h, c)`` each ``[1, B, d]`` or None for zeros -> ``(u [T, B, d],
-        (h, c))``, the state in the parameters' dtype (under autocast too)."""
-        dtype = self.weight_hh.dtype
-        if lstm_state is None:
-            lstm_state = (x.new_zeros(x.shape[1:], dtype=dtype),) * 2
-        h, c = lstm_state[0][0], lstm_state[1][0]  # [B, d]
-        from_input = self.ln_ih(F.linear(x, self.weight_ih)) + self.bias  # [T, B, 4d], the whole window
-        outputs = []
-        for t in range(x.shape[0]):
-            f, i, o, g = (self.ln_hh(F.linear(h, self.weight_hh)) + from_input[t]).chunk(4, dim=-1)  # [B, d] each
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(self.ln_cell(c))
-            outputs.append(h)
-        return torch.stack(outputs), (h.to(dtype).unsqueeze(0), c.to(dtype).unsqueeze(0))
-
-
 class SHARNN(
     nn.Module,
-    PyTorchModelHubMixin,
+    HubModel,
     library_name="sharnn",
     paper_url="https://arxiv.org/abs/1911.11423",
     tags=["sha-rnn", "byte-level", "language-modeling", "arxiv:1911.11423"],
@@ -860,65 +503,15 @@ class SHARNN(
                     total -= sum(p.numel() for p in module.value_gate_net.parameters())
         return total
 
-    # -------------------------------------------------- the Hugging Face Hub layout (docs/sharing.md)
-
-    def _save_pretrained(self, save_directory: Path) -> None:
-        """The mixin's hook: write ``config.json`` (this model's config, so a collapsed
-        model says so) and ``model.safetensors`` (with the weights' SHA-256). A model card
-        left by an earlier save is removed, so that the mixin writes this model's."""
-        pretrained.write_files(Path(save_directory), self.config.to_dict(), self.state_dict())
-        (Path(save_directory) / "README.md").unlink(missing_ok=True)
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs) -> SHARNN:
-        """The model saved in a local folder (read offline, silently) or a Hub repo id, in
-        eval mode on ``map_location`` (default ``"cpu"``); other keywords (revision,
-        cache_dir, token, ...) are the mixin's, for the Hub.
-
-        Raises:
-            CheckpointError: no ``config.json``, an invalid one, weights that fail their
-                SHA-256 check, a missing or corrupt ``model.safetensors``, or weights
-                that do not fit the config (a missing or extra tensor, a wrong shape); a
-                name that is neither a folder nor a model the Hub gives (not a valid repo
-                id, not found, no network).
-        """
-        return pretrained.load_strictly(super().from_pretrained, pretrained_model_name_or_path, **kwargs)
-
-    @classmethod
-    def _from_pretrained(
-        cls, *, model_id: str, config: dict | None = None, map_location: str | torch.device = "cpu", **download
-    ) -> SHARNN:
-        """The mixin's hook: ``config`` is config.json's object as the mixin read it (it
-        does not decode it: the annotation of ``__init__`` is text here); the weights are
-        checked and loaded strictly."""
-        folder = pretrained.locate(model_id, **download)
-        model = cls(pretrained_config(config, folder / pretrained.CONFIG_JSON))
-        pretrained.apply_weights(model, pretrained.read_weights(folder), folder / pretrained.WEIGHTS_FILE)
-        return model.to(map_location).eval()
-
-    def generate_model_card(self, *args, **kwargs) -> ModelCard:
-        """The ``README.md`` that ``save_pretrained`` writes: architecture and parameter
-        counts from this model; ``kwargs`` add the rest (``sharnn export`` adds the
-        training record, the data and its licence; see :func:`sharnn.pretrained.model_card`)."""
+    def model_card_fields(self) -> dict:
+        """What the model card (``save_pretrained``'s README.md) says of this model: its
+        config, attention blocks and parameter counts (trainable and collapsed), the paper."""
         with torch.device("meta"):
             trained = SHARNN(dataclasses.replace(self.config, collapsed=False))
-        fields = {
+        return {
             "config": self.config.to_dict(),
             "attention_blocks": self.config.attention_blocks(),
             "parameters": trained.num_parameters(),
             "parameters_collapsed": trained.num_parameters(collapsed=True),
             "paper_url": self._hub_mixin_info.paper_url,
         }
-        return pretrained.model_card(self._hub_mixin_info.model_card_data, **(fields | kwargs))
-
-
-def pretrained_config(fields: dict | None, source: Path) -> SHARNNConfig:
-    """The :class:`SHARNNConfig` of config.json's object ``fields``. Raises
-    :class:`CheckpointError` naming ``source``: no config.json, an unknown setting, a
-    wrong type or an invalid value."""
-    if fields is None:
-        raise CheckpointError(f"{source} is missing")
-    try:
-        return SHARNNConfig.from_dict(fields)
-    except ConfigError as e:
-        raise CheckpointError(f"{source}: {e}") from None

@@ -9,7 +9,7 @@ A checkpoint is a folder in which nothing runs code when loaded::
                          (optional; absent at an epoch boundary, where streams start cold)
     trainer.pt           the rest of the training state (optional): a dict of tensors,
                          numbers and strings only, read with torch.load(weights_only=True)
-    tokenizer.json       the tokenizer of a run on words or wordpieces (:mod:`sharnn.tokenizer`;
+    tokenizer.json       the tokenizer of a run on words or wordpieces (:mod:`sharnn.data.tokenizer`;
                          absent for bytes), so that eval and generate need nothing else
 
 ``trainer.pt`` holds::
@@ -21,11 +21,11 @@ A checkpoint is a folder in which nothing runs code when loaded::
     torch_rng    torch.get_rng_state() of every process, one row each ([N, 5056]; an
                  older single-process checkpoint has one 1-D state): dropout masks
     cuda_rng     torch.cuda.get_rng_state() of every process, CUDA runs only
-    progress     JSON of sharnn.recipe.Progress: optimizer steps done, epoch, the next
+    progress     JSON of sharnn.training.recipe.Progress: optimizer steps done, epoch, the next
                  window's row in the train streams, best valid BPC and its step,
                  training seconds, finished
 
-These are the three parts of ``sharnn.recipe.TrainingState.state_dict()``: ``model``,
+These are the three parts of ``sharnn.training.recipe.TrainingState.state_dict()``: ``model``,
 ``recurrent_state`` and ``trainer``. In a run folder::
 
     checkpoints/step-NNNNNNNN/    one folder per saved step
@@ -35,11 +35,11 @@ These are the three parts of ``sharnn.recipe.TrainingState.state_dict()``: ``mod
 A checkpoint is written into a staging folder of a unique name, flushed to disk and
 renamed; the links are swapped atomically. A crash therefore leaves the previous link and
 never a half-written checkpoint; checkpoints no link points to are deleted after each
-save. One process writes them: the run's writer (see :class:`sharnn.run_folder.RunFolder`).
+save. One process writes them: the run's writer (see :class:`sharnn.training.run_folder.RunFolder`).
 
 The functions that read a checkpoint (:func:`resolve`, :func:`read_config`,
 :func:`load_model`) also take a folder in the Hugging Face Hub layout, written by
-``SHARNN.save_pretrained`` or ``sharnn export`` (:mod:`sharnn.pretrained`,
+``SHARNN.save_pretrained`` or ``sharnn export`` (:mod:`sharnn.models.hub`,
 docs/sharing.md): ``config.json`` and ``model.safetensors``, and from an export
 ``train_config.yaml``, the run's TrainConfig.
 """
@@ -59,13 +59,13 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from .architectures import Model, build_model, load_pretrained, state_from_tensors
-from .config import TrainConfig, load_config, to_yaml
-from .errors import CheckpointError, ConfigError, RunError
-from .files import staging_folder, write_atomically
-from .model import SHARNNConfig, pretrained_config
-from .pretrained import CONFIG_JSON, apply_weights, read_config_json
-from .tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
+from ..config import TrainConfig, load_config, to_yaml
+from ..data.tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
+from ..errors import CheckpointError, ConfigError, RunError
+from ..files import staging_folder, write_atomically
+from ..models.build import LanguageModel, build_model, load_pretrained, state_from_tensors
+from ..models.config import SHARNNConfig
+from ..models.hub import CONFIG_JSON, apply_weights, pretrained_config, read_config_json
 
 MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = (
     "model.safetensors",
@@ -276,7 +276,7 @@ def read_tokenizer(path: str | Path, vocab_size: int | None = None) -> Tokenizer
     return tokenizer
 
 
-def load_weights(model: Model, folder: Path, device: str | torch.device = "cpu") -> None:
+def load_weights(model: LanguageModel, folder: Path, device: str | torch.device = "cpu") -> None:
     """Load ``folder/model.safetensors`` into ``model``.
 
     Raises:
@@ -289,7 +289,7 @@ def load_weights(model: Model, folder: Path, device: str | torch.device = "cpu")
     apply_weights(model, weights, folder)
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[Model, TrainConfig | None]:
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[LanguageModel, TrainConfig | None]:
     """Build the model a checkpoint (or a run folder's best checkpoint) describes and load
     its weights; a Hub-layout folder through ``SHARNN.from_pretrained`` (its weights'
     SHA-256 checked).

@@ -8,10 +8,10 @@ does and what training carries from one step to the next.
   and when it ends;
 - :class:`Divergence`: when a run has diverged;
 - :class:`TrainingState`: everything a step carries to the next (its ``state_dict()`` is
-  what a checkpoint stores and what resume restores; layout: :mod:`sharnn.checkpoint`).
+  what a checkpoint stores and what resume restores; layout: :mod:`sharnn.training.checkpoint`).
 
-The loop that runs the recipe and writes the run folder is :func:`sharnn.train.train`;
-compression's online mode (:mod:`sharnn.compress`) and the benchmarks take their steps here.
+The loop that runs the recipe and writes the run folder is :func:`sharnn.training.trainer.train`;
+compression's online mode (:mod:`sharnn.coding.codec`) and the benchmarks take their steps here.
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .architectures import build_model
-from .config import TrainConfig
+from ..config import TrainConfig
+from ..models.build import build_model, state_from_tensors
+from ..models.sharnn import State
+from ..runtime import Runtime, autocast
 from .distributed import Distributed
-from .errors import ConfigError, DataError
-from .model import State
 from .optim import MinTrustLAMB
-from .runtime import Runtime, autocast
-from .tokenizer import Tokenizer, check_corpus_tokenizer
 
 
 @dataclass
@@ -94,7 +92,7 @@ def budget_used(config: TrainConfig, progress: Progress, epochs: float) -> float
 
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """The optimizer ``config.optimizer`` names, with the config's ``lr``, ``betas``, ``eps``
-    and ``weight_decay``: ``lamb``, :class:`~sharnn.optim.MinTrustLAMB` over every parameter
+    and ``weight_decay``: ``lamb``, :class:`~sharnn.training.optim.MinTrustLAMB` over every parameter
     (``min_trust`` 0: plain LAMB); ``adamw``, ``torch.optim.AdamW`` in two groups as nanoGPT
     builds it: ``weight_decay`` on the parameters of 2 or more dimensions (matrices and
     embeddings), none on the others (biases, gains, gate vectors)."""
@@ -200,7 +198,7 @@ class TrainingState:
 
     Building it seeds torch with ``config.seed`` and initialises the model, so two
     states built from one config start identical. In a multi-process run
-    (:mod:`sharnn.distributed`) each process holds the recurrent state of its block of
+    (:mod:`sharnn.training.distributed`) each process holds the recurrent state of its block of
     streams, and every process but the first then draws its own dropout masks (seed
     ``config.seed + rank``); the first continues as a single process would.
     """
@@ -222,7 +220,7 @@ class TrainingState:
 
     def state_dict(self) -> dict:
         """``{"model": weights, "recurrent_state": State or None, "trainer": dict}``: what a
-        checkpoint stores (the layout of ``trainer``: :mod:`sharnn.checkpoint`). The RNG
+        checkpoint stores (the layout of ``trainer``: :mod:`sharnn.training.checkpoint`). The RNG
         states are the process's, so saving and restoring them resumes dropout exactly.
 
         In a multi-process run every process must call it: the main process gets the
@@ -238,7 +236,10 @@ class TrainingState:
         }
         if self.device.type == "cuda":
             trainer["cuda_rng"] = distributed.gather_rows(torch.cuda.get_rng_state(self.device))
-        recurrent_state = distributed.gather_streams(self.recurrent_state, self.n_layers)
+        recurrent_state = self.recurrent_state
+        if distributed.active and recurrent_state is not None:  # cold streams carry nothing to gather
+            tensors = distributed.gather_streams(recurrent_state.tensors())
+            recurrent_state = None if tensors is None else state_from_tensors(tensors, self.n_layers)
         return {"model": self.model.state_dict(), "recurrent_state": recurrent_state, "trainer": trainer}
 
     def load_state_dict(self, state: dict) -> None:
@@ -266,64 +267,12 @@ class TrainingState:
             if self.device.type == "cuda" and "cuda_rng" in trainer:
                 cuda_rng = trainer["cuda_rng"].cpu()
                 torch.cuda.set_rng_state(cuda_rng.view(len(torch_rng), -1)[rank].clone(), self.device)
-        self.recurrent_state = self.distributed.own_streams(state["recurrent_state"], self.n_layers, self.streams)
+        self.recurrent_state = block_of_streams(state["recurrent_state"], self.streams, self.n_layers)
 
 
-def check_corpus(config: TrainConfig, corpus, trained: Tokenizer | None = None) -> None:
-    """Refuse a corpus the run cannot use: a tokenizer that is not the model's (another
-    number of token ids than ``model.vocab_size``, bytes being 256; for a trained model,
-    ``trained``, other bytes behind its ids: :func:`~sharnn.tokenizer.check_corpus_tokenizer`),
-    a train split shorter than one window of every stream, or evaluation splits (or their
-    prefixes, ``valid_max_bytes``, ``test_max_bytes``) too short for their streams.
-
-    Raises:
-        DataError: the tokenizer, or a split too short.
-        ConfigError: a ``valid_max_bytes`` or ``test_max_bytes`` prefix too short.
-    """
-    check_corpus_tokenizer(config.model.vocab_size, corpus.tokenizer, config.data, trained)
-    need = config.train_streams * (config.bptt + 1)
-    if len(corpus.train) < need:
-        raise DataError(
-            f"corpus {config.data}: the train split has {len(corpus.train):,} tokens, fewer than one window "
-            f"({config.train_streams} streams x {config.bptt + 1} tokens = {need:,}); lower train_streams or bptt"
-        )
-    for split, streams, limit in (
-        ("valid", config.valid_streams, config.valid_max_bytes),
-        ("test", config.test_streams, config.test_max_bytes),
-    ):
-        size = len(split_prefix(corpus, split, limit)[0])
-        if size < 2 * streams and limit and size < len(corpus.split(split)):
-            raise ConfigError(
-                f"{split}_max_bytes={limit}: the first {limit:,} bytes of the {split} split hold {size:,} "
-                f"tokens, too few for {streams} streams; raise {split}_max_bytes or lower {split}_streams"
-            )
-        if size < 2 * streams:
-            raise DataError(
-                f"corpus {config.data}: the {split} split has {size:,} tokens, too few for {streams} streams"
-            )
-
-
-def split_prefix(corpus, split: str, max_bytes: int) -> tuple[np.ndarray, int | None]:
-    """``(ids, bytes)``: the longest prefix of a split whose text is at most ``max_bytes``
-    bytes (whole tokens: for a byte corpus, ``max_bytes`` of them) and the bytes of its
-    text; the whole split and None when ``max_bytes`` is 0 or the split is no longer."""
-    ids = corpus.split(split)
-    if max_bytes <= 0:
-        return ids, None
-    if corpus.tokenizer.is_bytes:
-        count = min(max_bytes, len(ids))
-        size = count
-    else:
-        ends = np.cumsum(corpus.tokenizer.byte_lengths()[ids])  # where each token's text ends
-        count = int(np.searchsorted(ends, max_bytes, side="right"))
-        size = int(ends[count - 1]) if count else 0
-    return (ids, None) if count == len(ids) else (ids[:count], size)
-
-
-def mean_bytes_per_token(corpus) -> float:
-    """The train split's bytes per token (1 for bytes): training logs its loss in bits
-    per token over this, an estimate of its bits per byte (evaluations count exactly)."""
-    if corpus.tokenizer.is_bytes:
-        return 1.0
-    counts = np.bincount(corpus.train, minlength=corpus.tokenizer.vocab_size)  # no int64 copy of the split
-    return float(counts @ corpus.tokenizer.byte_lengths() / len(corpus.train))
+def block_of_streams(state: State | None, streams: slice, n_layers: int) -> State | None:
+    """A process's ``streams`` of a recurrent state saved for all of them (every tensor
+    ``[..., B, ...]``, the streams on dim 1), copied; None for cold streams."""
+    if state is None:
+        return None
+    return state_from_tensors({name: t[:, streams].contiguous() for name, t in state.tensors().items()}, n_layers)

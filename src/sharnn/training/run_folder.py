@@ -1,8 +1,8 @@
 """The folder of a training run (docs/training.md, "The run folder")::
 
     config.yaml            the resolved TrainConfig
-    metrics.jsonl, events.out.tfevents.*, bpc.png     (sharnn.metrics)
-    checkpoints/step-N/, latest, best                 (sharnn.checkpoint)
+    metrics.jsonl, events.out.tfevents.*, bpc.png     (sharnn.training.metrics)
+    checkpoints/step-N/, latest, best                 (sharnn.training.checkpoint)
     summary.json           final valid and test BPC, parameter counts, steps, time
     .lock                  held by the process that trains in it (sharnn.files.Lock)
 
@@ -11,33 +11,28 @@ run's records, stop and resume need of run folders: :class:`TrainLog` (the train
 records), :func:`config_changes`, :func:`read_summary`, the commands that start and
 resume a run (:func:`command_line`, :func:`resume_command`), and :class:`StopRequest`
 (Ctrl-C, SIGTERM or a hook: the run saves ``latest`` and stops). How a run starts or
-resumes in it: :mod:`sharnn.run_start`.
+resumes in it: :mod:`sharnn.training.run_start`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shlex
 import signal
 import sys
-import threading
-import time
-from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-from . import files
+from .. import files
+from ..config import TrainConfig, flatten, to_yaml
+from ..errors import CheckpointError, Interrupted, RunError
+from ..evaluation import EvalResult
+from ..files import Lock, write_atomically
 from .checkpoint import RunCheckpoints, read_info
-from .config import TrainConfig, to_yaml
 from .distributed import Distributed, launched_by_torchrun, launcher, launcher_as_typed
-from .errors import CheckpointError, Interrupted, RunError
-from .evaluate import EvalResult
-from .files import Lock, write_atomically
-from .metrics import MetricsLog
+from .metrics import MetricsLog, scores
 from .recipe import Progress, TrainingState
 
 LOCK_FILE = ".lock"  # in a run folder: held by the process that trains in it (sharnn.files.Lock)
@@ -215,7 +210,7 @@ class RunFolder:
                 and ``test_max_bytes``), or None for the whole split.
 
         Returns:
-            The summary (its keys: :func:`sharnn.train.train`).
+            The summary (its keys: :func:`sharnn.training.trainer.train`).
         """
         progress, model = state.progress, state.model
         summary = {
@@ -244,9 +239,7 @@ class RunFolder:
 
         def write_results() -> None:
             self._record(record)
-            self.metrics.log_hparams(
-                _flatten(dataclasses.asdict(config)), summary["valid_bpc"], test.bpc, progress.step
-            )
+            self.metrics.log_hparams(flatten(dataclasses.asdict(config)), summary["valid_bpc"], test.bpc, progress.step)
             write_atomically(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
 
         self.distributed.on_main(write_results)
@@ -284,53 +277,9 @@ class RunFolder:
         )
 
 
-def config_changes(old, new) -> dict[str, list]:
-    """The settings that differ between two configurations of one kind (:class:`TrainConfig`
-    or :class:`SHARNNConfig`), as ``{key: [old, new]}`` with dotted keys for the model."""
-    before, after = _flatten(dataclasses.asdict(old)), _flatten(dataclasses.asdict(new))
-    return {key: [before[key], after[key]] for key in before if before[key] != after[key]}
-
-
-def _flatten(mapping: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[prefix + key] = value
-    return flat
-
-
-def where(split: str, progress: Progress, epochs: float) -> dict:
-    """The first fields of a train or valid record: its split and where the run stands
-    (``epochs``: the epochs of training done; ``seconds``: of training)."""
-    return {"split": split, "step": progress.step, "epoch": round(epochs, 4), "seconds": round(progress.elapsed, 2)}
-
-
-def scores(result: EvalResult, prefix_bytes: int | None = None) -> dict:
-    """A split's figures for metrics.jsonl: ``bpc`` (bits per byte of text), ``nats`` (per
-    token), and for token corpora ``bits_per_token``, ``perplexity`` (per token) and
-    ``word_perplexity`` (WikiText); ``prefix_bytes`` too when the split was scored on its
-    first ``prefix_bytes`` bytes only (None: the whole split)."""
-    figures = {"bpc": result.bpc, "nats": result.nats}
-    if result.bytes != result.tokens:
-        figures.update(bits_per_token=result.bits_per_token, perplexity=result.perplexity)
-    if result.word_perplexity is not None:
-        figures["word_perplexity"] = result.word_perplexity
-    if prefix_bytes is not None:
-        figures["prefix_bytes"] = prefix_bytes
-    return figures
-
-
-def describe_score(result: EvalResult) -> str:
-    """``1.2345 BPC`` and, for WikiText, ``, word perplexity 123.4``."""
-    words = f", word perplexity {result.word_perplexity:.1f}" if result.word_perplexity is not None else ""
-    return f"{result.bpc:.4f} BPC{words}"
-
-
 def command_line() -> str:
     """This process's command line as a user would type it: under torchrun the launcher's
-    command (:func:`sharnn.distributed.launcher`) and ``ARGS``, else
+    command (:func:`sharnn.training.distributed.launcher`) and ``ARGS``, else
     :func:`sharnn.files.command_line` (``sharnn ARGS`` for the command-line tool)."""
     if launched_by_torchrun():
         command = shlex.join([*launcher(), *sys.argv[1:]])
@@ -355,58 +304,6 @@ def read_summary(run_dir: str | Path) -> dict | None:
         return None
 
 
-class TrainLog:
-    """The train records of a run, one every ``log_every_steps``: the mean loss of the
-    steps since the previous record, summed on the device so that only a record waits for
-    it, and the training throughput, without the time spent inside :meth:`paused`.
-
-    Args:
-        device: where the losses are.
-        bytes_per_token: the train split's mean bytes per token (1 for bytes): the
-            record's ``bpc`` is its bits per token over this.
-    """
-
-    def __init__(self, device: torch.device, bytes_per_token: float):
-        self.bytes_per_token = bytes_per_token
-        self.loss_sum = torch.zeros((), device=device)  # accumulated on the device; read at log steps
-        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
-
-    def add(self, loss: torch.Tensor, tokens: int) -> None:
-        """Count one step: its loss (nats per token, a 0-dim tensor) and its tokens."""
-        self.loss_sum += loss
-        self.steps += 1
-        self.tokens += tokens
-
-    def record(self, where: dict, lr: float, grad_norm: torch.Tensor) -> dict:
-        """The train record of the steps since the previous one (``where``: its split,
-        step, epoch and seconds), with this step's ``lr`` and ``grad_norm``; the next
-        record counts from here."""
-        now = time.perf_counter()
-        bits_per_token = float(self.loss_sum) / self.steps / math.log(2)
-        record = {
-            **where,
-            "bpc": bits_per_token / self.bytes_per_token,
-            "lr": lr,
-            "grad_norm": float(grad_norm),
-            "tokens_per_s": self.tokens / (now - self.start),  # training time only: see paused
-        }
-        if self.bytes_per_token != 1:
-            record["bits_per_token"] = bits_per_token
-        self.loss_sum.zero_()
-        self.steps = self.tokens = 0
-        self.start = now
-        return record
-
-    @contextmanager
-    def paused(self):
-        """Time spent inside is not training time: it does not count in ``tokens_per_s``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.start += time.perf_counter() - start
-
-
 class _NoMetrics:
     """The metrics of a process other than the main one: it records nothing."""
 
@@ -418,54 +315,3 @@ class _NoMetrics:
 
     def close(self) -> None:
         pass
-
-
-class StopRequest:
-    """Whether to stop after this step: Ctrl-C or SIGTERM (the signal schedulers send
-    before preempting a job), turned into a flag so that the run stops at a step boundary
-    (or abandons a validation or test between two windows) and saves ``latest``; or the
-    caller's ``should_stop``. A second signal interrupts at once (KeyboardInterrupt),
-    but not while a checkpoint is written (:meth:`deferred`: it stops after it) nor under
-    torchrun, which passes a signal on to processes that may have had it already."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, should_stop: Callable[[Progress], bool] | None, under_torchrun: bool = False):
-        self.should_stop = should_stop
-        self.under_torchrun = under_torchrun
-        self.signal: int | None = None  # the first signal received
-        self._saving = False
-        self._previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-        return self
-
-    def __call__(self, progress: Progress) -> bool:
-        asked = self.should_stop is not None and bool(self.should_stop(progress))
-        return asked or self.signal is not None
-
-    def signalled(self) -> bool:
-        """Whether a signal asked to stop (evaluations ask this between two windows)."""
-        return self.signal is not None
-
-    @contextmanager
-    def deferred(self):
-        """Inside, a second signal only adds to the request: a checkpoint being written is
-        completed (its files staged, flushed and renamed) before the run stops."""
-        self._saving = True
-        try:
-            yield
-        finally:
-            self._saving = False
-
-    def _handle(self, signum, frame):
-        if self.signal is None:
-            self.signal = signum
-        elif not (self.under_torchrun or self._saving):
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc):
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)

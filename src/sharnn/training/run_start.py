@@ -4,7 +4,7 @@ weights"): :func:`start` sets up a new run, a run folder that has no checkpoint 
 :func:`load_init_weights`); :func:`resume` a run from its ``latest`` checkpoint, with the
 settings in :data:`RESUMABLE` changed or not (:func:`resume_config`,
 :func:`resume_changes`). :func:`trained_tokenizer` gives the tokenizer of the trained
-model a run goes on with or starts from. :class:`sharnn.train.Trainer` calls them.
+model a run goes on with or starts from. :class:`sharnn.training.trainer.Trainer` calls them.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from pathlib import Path
 
 import torch
 
+from ..config import TrainConfig, config_changes, load_config
+from ..data.corpus import split_prefix
+from ..data.tokenizer import Tokenizer, check_corpus_tokenizer
+from ..errors import CheckpointError, ConfigError, DataError, RunError
+from ..models.sharnn import SHARNN
+from ..runtime import Runtime
 from . import checkpoint
 from .checkpoint import CONFIG_FILE, RunCheckpoints
-from .config import TrainConfig, load_config
-from .errors import CheckpointError, ConfigError, RunError
-from .model import SHARNN
 from .recipe import TrainingState, out_of_budget
-from .run_folder import RunFolder, config_changes
-from .runtime import Runtime
-from .tokenizer import Tokenizer
+from .run_folder import RunFolder
 
 # What a resumed run may change: settings that steer training without changing what its
 # checkpoint holds (the model, the data and its streams, the optimizer and its state). The
@@ -112,7 +113,8 @@ def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = 
     Raises:
         RunError: ``run_dir`` is not a run folder.
         CheckpointError: its stored configuration cannot be read.
-        ConfigError: a bad override (whether a resume may change it is checked by :func:`sharnn.train.train`).
+        ConfigError: a bad override (whether a resume may change it is checked by
+            :func:`sharnn.training.trainer.train`).
     """
     run_dir = Path(run_dir)
     checkpoints = RunCheckpoints(run_dir)
@@ -136,7 +138,7 @@ def resume_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = 
 
 def resume_changes(run_dir: Path, config: TrainConfig) -> dict[str, list]:
     """The settings a resume of ``run_dir`` with ``config`` changes, as
-    :func:`~sharnn.run_folder.config_changes` gives them.
+    :func:`~sharnn.config.config_changes` gives them.
 
     Raises:
         ConfigError: a change of a setting not in :data:`RESUMABLE` (one that would change
@@ -178,3 +180,37 @@ def load_init_weights(config: TrainConfig, model: torch.nn.Module, device: torch
         )
     checkpoint.load_weights(model, source, device)
     return source
+
+
+def check_corpus(config: TrainConfig, corpus, trained: Tokenizer | None = None) -> None:
+    """Refuse a corpus the run cannot use: a tokenizer that is not the model's (another
+    number of token ids than ``model.vocab_size``, bytes being 256; for a trained model,
+    ``trained``, other bytes behind its ids: :func:`~sharnn.data.tokenizer.check_corpus_tokenizer`),
+    a train split shorter than one window of every stream, or evaluation splits (or their
+    prefixes, ``valid_max_bytes``, ``test_max_bytes``) too short for their streams.
+
+    Raises:
+        DataError: the tokenizer, or a split too short.
+        ConfigError: a ``valid_max_bytes`` or ``test_max_bytes`` prefix too short.
+    """
+    check_corpus_tokenizer(config.model.vocab_size, corpus.tokenizer, config.data, trained)
+    need = config.train_streams * (config.bptt + 1)
+    if len(corpus.train) < need:
+        raise DataError(
+            f"corpus {config.data}: the train split has {len(corpus.train):,} tokens, fewer than one window "
+            f"({config.train_streams} streams x {config.bptt + 1} tokens = {need:,}); lower train_streams or bptt"
+        )
+    for split, streams, limit in (
+        ("valid", config.valid_streams, config.valid_max_bytes),
+        ("test", config.test_streams, config.test_max_bytes),
+    ):
+        size = len(split_prefix(corpus, split, limit)[0])
+        if size < 2 * streams and limit and size < len(corpus.split(split)):
+            raise ConfigError(
+                f"{split}_max_bytes={limit}: the first {limit:,} bytes of the {split} split hold {size:,} "
+                f"tokens, too few for {streams} streams; raise {split}_max_bytes or lower {split}_streams"
+            )
+        if size < 2 * streams:
+            raise DataError(
+                f"corpus {config.data}: the {split} split has {size:,} tokens, too few for {streams} streams"
+            )

@@ -2,7 +2,7 @@
 nanoGPT's model.py: pre-LayerNorm blocks, causal multi-head attention through
 ``F.scaled_dot_product_attention``, a GELU MLP, learned positions and tied embeddings.
 
-It is built from the same :class:`sharnn.model.SHARNNConfig` as the SHA-RNN
+It is built from the same :class:`sharnn.models.config.SHARNNConfig` as the SHA-RNN
 (``architecture: transformer``): ``n_layers`` blocks of width ``d_model``, an MLP of hidden
 width ``boom_dim``, ``n_heads`` heads, a context of ``attention_span`` positions. Tensors
 are time-major like the SHA-RNN's (token ids ``[T, B]``, activations ``[S, B, d]``)::
@@ -25,24 +25,23 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from huggingface_hub import ModelCard, PyTorchModelHubMixin
 from torch import Tensor
 
-from . import pretrained
-from .errors import ConfigError
-from .model import ATTENTION_FUNCTIONS, SHARNNConfig, pretrained_config
+from ..errors import ConfigError
+from .config import SHARNNConfig
+from .hub import HubModel
+from .sharnn import ATTENTION_FUNCTIONS
 
 
 @dataclass
 class TokenState:
     """The Transformer's recurrent state: the stream's last token ids ``tokens`` ``[M, B]``
     (int64, ``M <= attention_span``), the context the next window is run with. The same
-    interface as :class:`sharnn.model.State`."""
+    interface as :class:`sharnn.models.sharnn.State`."""
 
     tokens: Tensor
 
@@ -129,7 +128,7 @@ class TransformerBlock(nn.Module):
 
 class Transformer(
     nn.Module,
-    PyTorchModelHubMixin,
+    HubModel,
     library_name="sharnn",
     tags=["transformer", "byte-level", "language-modeling"],
 ):
@@ -247,40 +246,11 @@ class Transformer(
         nothing (see :meth:`collapse`)."""
         return sum(p.numel() for p in self.parameters())
 
-    # -------------------------------------------------- the Hugging Face Hub layout (docs/sharing.md)
-
-    def _save_pretrained(self, save_directory: Path) -> None:
-        """The mixin's hook: ``config.json`` (with ``architecture: transformer``) and
-        ``model.safetensors`` (with the weights' SHA-256), as :class:`sharnn.model.SHARNN`."""
-        pretrained.write_files(Path(save_directory), self.config.to_dict(), self.state_dict())
-        (Path(save_directory) / "README.md").unlink(missing_ok=True)
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs) -> Transformer:
-        """The model saved in a local folder or a Hub repo id, in eval mode on
-        ``map_location`` (default ``"cpu"``); as ``SHARNN.from_pretrained``.
-
-        Raises:
-            CheckpointError: as ``SHARNN.from_pretrained``.
-        """
-        return pretrained.load_strictly(super().from_pretrained, pretrained_model_name_or_path, **kwargs)
-
-    @classmethod
-    def _from_pretrained(
-        cls, *, model_id: str, config: dict | None = None, map_location: str | torch.device = "cpu", **download
-    ) -> Transformer:
-        """The mixin's hook: build from config.json's object, load the checked weights strictly."""
-        folder = pretrained.locate(model_id, **download)
-        model = cls(pretrained_config(config, folder / pretrained.CONFIG_JSON))
-        pretrained.apply_weights(model, pretrained.read_weights(folder), folder / pretrained.WEIGHTS_FILE)
-        return model.to(map_location).eval()
-
-    def generate_model_card(self, *args, **kwargs) -> ModelCard:
-        """The ``README.md`` that ``save_pretrained`` writes: the SHA-RNN's template, which
-        describes a Transformer by its ``config.architecture`` (and ``heads``); ``kwargs``
-        as for ``SHARNN.generate_model_card``."""
+    def model_card_fields(self) -> dict:
+        """What the model card says of this model: the SHA-RNN's template, which describes a
+        Transformer by its ``config.architecture`` (and ``heads``)."""
         total = self.num_parameters()
-        fields = {
+        return {
             "config": self.config.to_dict(),
             "attention_blocks": list(range(self.config.n_layers)),
             "heads": self.config.n_heads,
@@ -288,4 +258,3 @@ class Transformer(
             "parameters_collapsed": total,
             "paper_url": "https://arxiv.org/abs/1911.11423",
         }
-        return pretrained.model_card(self._hub_mixin_info.model_card_data, **(fields | kwargs))

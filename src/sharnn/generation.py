@@ -4,7 +4,7 @@ the case ``B = 1``).
 The prompts are fed once, in windows, carrying the LSTM state and memory; then every
 sampled token is fed alone with the carried state. Nothing is re-encoded per token. An
 SHA-RNN in fp32 (no autocast) runs the sampled tokens through the inference step
-(:class:`sharnn.inference.Step`), its state the prompt's, copied exactly; a Transformer,
+(:class:`sharnn.models.step.Step`), its state the prompt's, copied exactly; a Transformer,
 or a model under autocast, through its forward.
 """
 
@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .data import Corpus
+from .data.corpus import Corpus
 from .errors import ConfigError
-from .inference import Step
-from .model import SHARNN
+from .models.sharnn import SHARNN
+from .models.step import Step
 from .runtime import autocast
 
 

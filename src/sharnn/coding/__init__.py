@@ -1,0 +1,9 @@
+"""The coding wing: lossless compression driven by a model (docs/compression.md).
+
+- :mod:`.codec`: :func:`compress` and :func:`decompress`, the walk over positions both
+  directions share, and the range coder;
+- :mod:`.container`: the ``.shz`` file: magic, versions, header, framing, validation;
+- :mod:`.environment`: what the probabilities depend on (device, torch, CPU features,
+  threads) and the settings coding runs under, restored after it;
+- :mod:`.online`: online mode, a model that learns from the bytes already coded.
+"""

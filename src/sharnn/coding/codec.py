@@ -1,0 +1,442 @@
+"""Lossless compression driven by the model: range coding of every byte under the model's
+next-byte distribution, with ``constriction`` (docs/compression.md).
+
+A byte of probability ``p`` costs ``-log2 p`` bits, so a file compresses to about its
+length times the model's bits per byte. Two modes:
+
+- **model**: a trained checkpoint predicts (as ts_zip); the same checkpoint decompresses.
+- **online**: no model file. A fixed-seed initialisation is trained, window by window,
+  on the bytes already coded (as nncp and cmix); the decoder trains identically on the
+  bytes it has decoded. Its settings are a :class:`~sharnn.config.TrainConfig` stored in
+  the file.
+
+The input is cut into ``B`` contiguous streams, coded in lockstep through the model's
+batch dimension: one position of every stream at a time. Each stream starts cold after
+a newline, as generation does. An SHA-RNN computes each position with
+:class:`sharnn.models.step.Step` (files of format version 3); a Transformer, and files of
+versions 1 and 2, with the model's forward ``[1, B]``, the path that wrote them.
+
+Exact round trip: the decoder can only compute the distribution of position ``t`` after
+decoding position ``t - 1``, so the encoder computes every distribution the same way,
+one position at a time with the same shapes, dtype, device and thread count (a forward
+batched over time rounds differently, and one differing probability corrupts the rest
+of the stream). Logits become float64 probabilities by one deterministic function on
+both sides. The file records what the result depends on; decompression checks a CRC32
+of the header, of the payload and of every stream's decoded bytes, and writes nothing
+unless all of them match.
+
+With ``precision="bf16"`` (an SHA-RNN on a CPU with bf16 instructions) the step multiplies
+in bfloat16 (:class:`sharnn.models.step.Step`): faster, a little less exact. The header
+records the CPU features that arithmetic depends on (:func:`cpu_features`), and a bf16
+file is decoded only on a CPU with the same ones.
+
+When the coded file would be larger than the input stored raw (incompressible input, or
+input the model predicts badly), :func:`compress` stores the input raw instead: the file's
+header says ``storage: "stored"``, and such a file decodes without the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Callable
+from itertools import pairwise
+
+import constriction
+import numpy as np
+import torch
+
+from ..config import TrainConfig, load_config
+from ..errors import CheckpointError, ConfigError, DataError
+from ..models.build import model_sha256
+from ..models.sharnn import SHARNN
+from ..models.step import PRECISIONS, ReferenceStep, Step
+from ..progress import ProgressDisplay
+from .container import FORMAT_VERSION, Header, pack, parse
+from .environment import (
+    BF16_FEATURES,
+    BF16_PRODUCTS,
+    MAX_THREADS,
+    cpu_features,
+    deterministic_kernels,
+    environment,
+    torch_threads,
+)
+from .online import ONLINE_STREAMS, OnlineLearner, online_model, online_settings
+
+START_BYTE = 10  # every stream starts after a newline
+
+
+_FAMILY = constriction.stream.model.Categorical(perfect=False)
+
+
+_PROGRESS_EVERY = 256  # positions between progress updates
+
+
+# Default streams in model mode: one per BYTES_PER_STREAM bytes of input, at most
+# MAX_DEFAULT_STREAMS. Each stream costs a cold start and its CRC32 in the header, about
+# 15 bytes with the tiny model (0.7% of what 8 KiB of text codes to); past 32 streams a
+# position costs nearly as much per stream as it saves (docs/compression.md, "Streams
+# and threads").
+BYTES_PER_STREAM = 8192
+
+
+MAX_DEFAULT_STREAMS = 32
+
+
+def default_streams(length: int, online: bool = False) -> int:
+    """The streams :func:`compress` uses when none are given: in model mode one per
+    :data:`BYTES_PER_STREAM` bytes, from 1 to :data:`MAX_DEFAULT_STREAMS`; in online mode
+    :data:`ONLINE_STREAMS` (docs/compression.md, "Streams and threads")."""
+    if online:
+        return ONLINE_STREAMS
+    return max(1, min(MAX_DEFAULT_STREAMS, -(-length // BYTES_PER_STREAM)))
+
+
+def stream_lengths(length: int, streams: int) -> list[int]:
+    """Lengths of the ``min(streams, length)`` contiguous streams a file is cut into: as
+    equal as possible, the longer ones first."""
+    streams = min(streams, length)
+    return [length // streams + (i < length % streams) for i in range(streams)]
+
+
+def compress(
+    data: bytes,
+    model: SHARNN,
+    *,
+    streams: int | None = None,
+    threads: int = 1,
+    online: TrainConfig | None = None,
+    progress: ProgressDisplay | None = None,
+    precision: str = "fp32",
+) -> bytes:
+    """Compress ``data``.
+
+    Args:
+        data: any bytes (empty included).
+        model: the predicting model (its device is used; it is put in eval mode). In online
+            mode, :func:`online_model` of ``online``, which this trains.
+        streams: ``B``, the number of contiguous pieces coded side by side (None:
+            :func:`default_streams`).
+        threads: torch's thread count while coding, recorded in the header and used
+            again by :func:`decompress`. One is the default: a position's products are
+            small, and a second thread rarely pays for itself and is several times
+            slower when anything else runs (docs/compression.md, "Streams and threads").
+        online: online mode's settings (None: model mode).
+        progress: shows the fraction coded and the bits per byte so far.
+        precision: ``"fp32"``, or ``"bf16"``: the step's products in bfloat16 (an SHA-RNN
+            on a CPU with bf16 instructions, :data:`BF16_PRODUCTS`), its file decoded
+            only on a CPU of the same :func:`cpu_features`.
+
+    Returns:
+        The compressed file's bytes: a header (format version :func:`written_version`:
+        3 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
+        would be larger, the header and ``data`` itself (``read_header(blob)[0].storage``
+        is then ``"stored"`` and ``.coded_bytes`` the coded file's size), at most
+        ``len(data)`` plus the header.
+
+    Raises:
+        ConfigError: ``streams`` < 1, ``threads`` outside 1 to 1024, a model that is not
+            byte-level, a precision other than fp32 and bf16, or bf16 for a Transformer,
+            off the CPU or on a CPU without bf16 instructions.
+    """
+    if streams is None:
+        streams = default_streams(len(data), online is not None)
+    if not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
+    with torch_threads(threads):
+        header, payload = encode(data, model, streams=streams, online=online, progress=progress, precision=precision)
+    version = written_version(model)
+    coded = pack(header, version) + payload
+    stored = (
+        pack(
+            dataclasses.replace(
+                header,
+                storage="stored",
+                coded_bytes=len(coded),
+                streams=0,
+                stream_crc32=[],
+                payload_bytes=len(data),
+                payload_crc32=zlib.crc32(data),
+            ),
+            version,
+        )
+        + data
+    )
+    return stored if len(stored) < len(coded) else coded
+
+
+def encode(
+    data: bytes,
+    model: SHARNN,
+    *,
+    streams: int,
+    online: TrainConfig | None,
+    progress: ProgressDisplay | None,
+    precision: str = "fp32",
+) -> tuple[Header, bytes]:
+    """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
+    if streams < 1:
+        raise ConfigError(f"streams must be >= 1, got {streams}")
+    _check_byte_model(model)
+    _check_precision(model, precision)
+    lengths = stream_lengths(len(data), streams)
+    grid = _to_grid(np.frombuffer(data, dtype=np.uint8), lengths)
+    fingerprint = model_sha256(model)
+    encoder = constriction.stream.queue.RangeEncoder()
+
+    def code(t: int, probs: np.ndarray) -> np.ndarray:
+        symbols = grid[t, : len(probs)]
+        encoder.encode(symbols.astype(np.int32), _FAMILY, probs)
+        if progress is not None and t % _PROGRESS_EVERY == 0:
+            progress.update(bpc=f"{encoder.num_bits() / max(t * len(lengths), 1):.4f}")
+        return symbols
+
+    with deterministic_kernels(_device(model)):
+        _walk(model, lengths, code, online, progress, written_version(model), precision)
+    payload = encoder.get_compressed().astype("<u4").tobytes()
+    starts = np.cumsum([0, *lengths])
+    header = Header(
+        mode="model" if online is None else "online",
+        model_sha256=fingerprint,
+        length=len(data),
+        streams=len(lengths),
+        stream_crc32=[zlib.crc32(data[a:b]) for a, b in pairwise(starts)],
+        payload_bytes=len(payload),
+        payload_crc32=zlib.crc32(payload),
+        environment=environment(_device(model), precision),
+        online=None if online is None else online_settings(online),
+        precision=precision,
+    )
+    return header, payload
+
+
+def _check_precision(model: SHARNN, precision: str) -> None:
+    """Raise :class:`ConfigError` for a precision :func:`compress` cannot code with."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be {' or '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return
+    if written_version(model) != FORMAT_VERSION:
+        raise ConfigError(f"precision bf16 runs the SHA-RNN's inference step; a {type(model).__name__} codes in fp32")
+    if _device(model).type != "cpu":
+        raise ConfigError(f"precision bf16 runs on the CPU, not on {_device(model).type}: use fp32 there")
+    features = cpu_features()
+    if not set(BF16_PRODUCTS) & set(features):
+        raise ConfigError(
+            f"precision bf16 needs a CPU with bf16 instructions ({' or '.join(BF16_PRODUCTS)}); this one has "
+            f"{' '.join(features) or 'none of ' + ', '.join(BF16_FEATURES)}: use fp32"
+        )
+
+
+def written_version(model: SHARNN) -> int:
+    """The format version :func:`compress` writes for ``model``: :data:`FORMAT_VERSION`
+    for an SHA-RNN (coded by the inference step), 2 for a Transformer (by its forward)."""
+    return FORMAT_VERSION if isinstance(model, SHARNN) else 2
+
+
+def decompress(
+    blob: bytes, model: SHARNN | None = None, *, name: str = "input", progress: ProgressDisplay | None = None
+) -> bytes:
+    """Invert :func:`compress`.
+
+    Args:
+        blob: a compressed file's bytes.
+        model: the model it was compressed with (model mode), on the device it used; None
+            for an online file, whose model is rebuilt from its header.
+        name: the file's name, for messages.
+        progress: shows the fraction decoded.
+
+    Returns:
+        The original bytes, every stream's CRC32 checked (a stored file's payload, its
+        CRC32 checked; ``model`` is not used).
+
+    Raises:
+        DataError: a file that is not sharnn's, corrupt, truncated, or that decodes to
+            bytes whose CRC32 differs (another model, machine or library version), or
+            one whose decoding needs more memory than this machine has.
+        CheckpointError: a model-mode file without its model, or with another model.
+        ConfigError: an online file given a model; a bf16 file coded on a CPU of other
+            :func:`cpu_features` (before anything is decoded).
+    """
+    version, header, payload = parse(blob, name)
+    if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
+        return payload
+    check_cpu_features(header, name)
+    model, online = _decoding_model(header, model, name)
+    if not header.length:
+        return b""
+    decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
+    lengths = stream_lengths(header.length, header.streams)
+
+    def code(t: int, probs: np.ndarray) -> np.ndarray:
+        return decoder.decode(_FAMILY, probs)
+
+    try:
+        with torch_threads(header.environment["threads"]), deterministic_kernels(_device(model)):
+            grid = _walk(model, lengths, code, online, progress, version, header.precision)
+    except (ValueError, RuntimeError, AssertionError) as e:
+        # constriction's "out of data" on a payload that ends early, or its AssertionError on
+        # data invalid under the model (probabilities that differ from the encoder's)
+        raise DataError(f"{name} does not decode: {e}") from None
+    except MemoryError:
+        raise DataError(
+            f"{name}: decoding its {header.length:,} bytes needs more memory than this machine has"
+        ) from None
+    return _check_streams(grid, lengths, header, name, _device(model))
+
+
+def _decoding_model(header: Header, model: SHARNN | None, name: str) -> tuple[SHARNN, TrainConfig | None]:
+    """The model that decodes a coded file and, in online mode, its settings: ``model`` in
+    model mode, the fixed-seed initialisation rebuilt from the header in online mode,
+    checked against the header's fingerprint.
+
+    Raises:
+        CheckpointError: a model-mode file without its model, or another model.
+        ConfigError: an online file given a model.
+    """
+    if header.mode == "online":
+        if model is not None:
+            raise ConfigError(f"{name} was compressed in online mode: decompress it without a model")
+        online = load_config(header.online)
+        model = online_model(online).to(coding_device(header, name))
+    elif model is None:
+        raise CheckpointError(
+            f"{name} was compressed with a model (sha256 {header.model_sha256[:16]}...): give it with --model"
+        )
+    else:
+        online = None
+    fingerprint = model_sha256(model)
+    if fingerprint != header.model_sha256:
+        what = (
+            "the fixed-seed online model differs on this machine"
+            if online
+            else "this is not the model it was compressed with"
+        )
+        raise CheckpointError(
+            f"{name}: {what} (sha256 {fingerprint[:16]}..., the file says {header.model_sha256[:16]}...)"
+        )
+    return model, online
+
+
+def check_cpu_features(header: Header, name: str = "input") -> None:
+    """Refuse a bf16 file coded on a CPU whose :func:`cpu_features` differ from this one's:
+    its products would round otherwise, and decode to other bytes. An fp32 file passes.
+
+    Raises:
+        ConfigError: one line naming the features that differ.
+    """
+    if header.precision != "bf16":
+        return
+    here, there = cpu_features(), header.environment["cpu_features"]
+    lacks, extra = [f for f in there if f not in here], [f for f in here if f not in there]
+    if lacks or extra:
+        differs = [f"lacks {' '.join(lacks)}"] * bool(lacks) + [f"also has {' '.join(extra)}"] * bool(extra)
+        raise ConfigError(
+            f"{name} was compressed in bf16 on a CPU with {' '.join(there)}; this CPU {' and '.join(differs)}: "
+            "decompress it on a CPU with the same features"
+        )
+
+
+def coding_device(header: Header, name: str = "input") -> torch.device:
+    """The device a file decodes on: the kind it was coded on (``cpu`` or ``cuda``).
+
+    Raises:
+        ConfigError: a file coded on CUDA, on a machine without it; a bf16 file coded on
+            a CPU of other features (:func:`check_cpu_features`).
+    """
+    check_cpu_features(header, name)
+    if header.environment["device"] == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{name} was compressed on CUDA ({header.environment.get('gpu')}): decompress it on a "
+            "machine with the same GPU type and library versions"
+        )
+    return torch.device(header.environment["device"])
+
+
+@torch.no_grad()
+def _walk(
+    model: SHARNN,
+    lengths: list[int],
+    code: Callable[[int, np.ndarray], np.ndarray],
+    online: TrainConfig | None,
+    progress: ProgressDisplay | None,
+    version: int,
+    precision: str,
+) -> np.ndarray:
+    """Walk the streams in lockstep, one position at a time, for both directions.
+
+    At position ``t`` the model reads the previous byte of every stream (``[B]``) and
+    ``code(t, probs)`` codes the bytes of the ``k`` streams still running (``probs``:
+    ``[k, 256]`` float64), returning them. The model computes each position as files of
+    format ``version`` were coded: by the inference step (:data:`FORMAT_VERSION`) in
+    ``precision``, or by its forward on ``[1, B]`` (:data:`FORWARD_VERSIONS`). In online
+    mode, every ``bptt`` positions the model takes one optimizer step on the window just
+    coded, and the step is prepared again from the new weights, before coding on. ``progress`` is given the
+    fraction of positions done.
+
+    Returns:
+        ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
+    """
+    device = _device(model)
+    rows = max(lengths, default=0)
+    grid = np.zeros((rows + 1, len(lengths)), dtype=np.int64)  # row 0: the start byte; row t + 1: byte t
+    grid[0] = START_BYTE
+    learner = OnlineLearner(model, online, device) if online is not None else None
+    longer = lengths.count(rows)  # the streams one byte longer than the rest, which come first
+    model.eval()
+    if not rows:  # an empty file: no position to compute
+        return grid[1:].astype(np.uint8)
+    position = Step(model, len(lengths), rows, precision) if version == FORMAT_VERSION else ReferenceStep(model)
+    for t in range(rows):
+        if learner is not None and t > 0 and t % online.bptt == 0:
+            learner.learn(torch.from_numpy(grid[t - online.bptt : t + 1]).to(device))
+            position.refresh()
+        probs = probabilities(position(torch.from_numpy(grid[t]).to(device)))
+        running = longer if t == rows - 1 else len(lengths)
+        grid[t + 1, :running] = code(t, probs[:running])
+        if progress is not None and t % _PROGRESS_EVERY == 0:
+            progress.update(t / rows)
+    return grid[1:].astype(np.uint8)
+
+
+def probabilities(logits: torch.Tensor) -> np.ndarray:
+    """Logits ``[B, V]`` -> float64 probabilities ``[B, V]`` for the coder: the same
+    deterministic computation on both sides."""
+    return torch.softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
+
+
+def _to_grid(data: np.ndarray, lengths: list[int]) -> np.ndarray:
+    """``[max(lengths), B]`` uint8 with the streams as columns, zero-padded."""
+    grid = np.zeros((max(lengths, default=0), len(lengths)), dtype=np.uint8)
+    start = 0
+    for b, n in enumerate(lengths):
+        grid[:n, b] = data[start : start + n]
+        start += n
+    return grid
+
+
+def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: str, device: torch.device) -> bytes:
+    """The decoded streams joined, after checking each one's CRC32 (raises :class:`DataError`)."""
+    pieces = [grid[:n, b].tobytes() for b, n in enumerate(lengths)]
+    bad = [b for b, piece in enumerate(pieces) if zlib.crc32(piece) != header.stream_crc32[b]]
+    if bad:
+        here, there = environment(device, header.precision), header.environment
+        differs = [f"{k} {there[k]} (here {here.get(k)})" for k in there if k != "threads" and there[k] != here.get(k)]
+        hint = f"; it was compressed with {', '.join(differs)}" if differs else ""
+        raise DataError(
+            f"{name}: stream {bad[0]} decodes to bytes that fail its CRC32 check ({len(bad)} of "
+            f"{len(lengths)} streams){hint}; nothing was written"
+        )
+    return b"".join(pieces)
+
+
+def _device(model: SHARNN) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _check_byte_model(model: SHARNN) -> None:
+    if model.config.vocab_size != 256:
+        raise ConfigError(
+            f"compression codes bytes: the model's vocabulary has {model.config.vocab_size} tokens, not 256"
+        )

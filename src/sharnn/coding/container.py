@@ -1,0 +1,300 @@
+"""The ``.shz`` file: magic, format version, a JSON header with its CRC32, the payload
+(docs/compression.md, "File format"). :func:`pack` writes a header; :func:`read_header`
+and :func:`parse` check one completely (keys, types, ranges, and what contradicts what)
+before anything is allocated for it. What the payload means is :mod:`sharnn.coding.codec`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+
+from ..config import load_config
+from ..errors import ConfigError, DataError
+from ..models.step import PRECISIONS
+from .environment import MAX_FEATURES, MAX_THREADS
+from .online import FORWARD_ONLINE_KEYS, ONLINE_KEYS, check_online_size
+
+MAGIC = b"\x89sharnn\n"
+
+
+# The version compress() writes for an SHA-RNN, whose positions the inference step computes;
+# a Transformer's files, computed by its forward, keep version 2. Versions 1 (no storage
+# keys) and 2 decode with the model's forward, the path that wrote them.
+FORMAT_VERSION = 3
+
+
+FORWARD_VERSIONS = (1, 2)
+
+
+READABLE_VERSIONS = (*FORWARD_VERSIONS, FORMAT_VERSION)
+
+
+# A byte under constriction's leaky 24-bit categorical has probability <= 1 - 255 / 2**24,
+# so it costs >= 2.2e-5 bits: a payload of P bits codes fewer than 2**16 * P bytes.
+_BYTES_PER_PAYLOAD_BIT = 2**16
+
+
+_PREFIX = struct.Struct("<8sHI")  # magic, format version, header length
+
+
+_CRC = struct.Struct("<I")
+
+
+@dataclass
+class Header:
+    """What a compressed file says about itself (stored as JSON; docs/compression.md).
+
+    Attributes:
+        mode: ``"model"`` or ``"online"``.
+        model_sha256: fingerprint of the model's config and starting weights
+            (:func:`model_sha256`); in online mode, of the fixed-seed initialisation.
+        length: the original size in bytes.
+        streams: the number of streams ``B`` (0 for an empty file).
+        stream_crc32: CRC32 of each stream's original bytes.
+        payload_bytes, payload_crc32: size and CRC32 of the range coder's output.
+        environment: what the probabilities depend on besides the model: device, torch
+            version, CPU capability, thread count, and on CUDA the GPU, CUDA and cuDNN
+            (:func:`environment`).
+        online: online mode's settings (:data:`ONLINE_KEYS` of a :class:`TrainConfig`), or None.
+        tokenizer: ``"bytes"``.
+        storage: ``"coded"`` (the payload is the range coder's) or ``"stored"`` (the
+            payload is the input itself, ``streams`` 0; the model is not needed to decode).
+        coded_bytes: for a stored file, the size in bytes the coded file would have had;
+            None for a coded file.
+        precision: ``"fp32"`` or ``"bf16"``, the step's (:class:`~sharnn.models.step.Step`);
+            a key of version 3 only (files of versions 1 and 2 read as ``"fp32"``).
+    """
+
+    mode: str
+    model_sha256: str
+    length: int
+    streams: int
+    stream_crc32: list[int]
+    payload_bytes: int
+    payload_crc32: int
+    environment: dict
+    online: dict | None = None
+    tokenizer: str = "bytes"
+    storage: str = "coded"
+    coded_bytes: int | None = None
+    precision: str = "fp32"
+
+
+_V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {"storage", "coded_bytes", "precision"}
+
+
+_V2_KEYS = _V1_KEYS | {"storage", "coded_bytes"}
+
+
+_KEYS = {1: _V1_KEYS, 2: _V2_KEYS, 3: _V2_KEYS | {"precision"}}  # the exact keys of each version
+
+
+def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
+    """Split a compressed file into its checked header and payload. The header is validated
+    completely (docs/compression.md, "File format") before anything is allocated for it.
+
+    Returns:
+        The :class:`Header` (a version-1 file reads as ``storage="coded"``) and the payload.
+
+    Raises:
+        DataError: not a sharnn file, an unknown format version, a header or payload that
+            is truncated or altered (its CRC32 does not match), or a header that is not the
+            expected JSON object (keys, types, ranges, or values that contradict each other
+            or the payload's size).
+    """
+    return parse(blob, name)[1:]
+
+
+def parse(blob: bytes, name: str) -> tuple[int, Header, bytes]:
+    """:func:`read_header`, with the file's format version first."""
+    if blob and len(blob) < _PREFIX.size and MAGIC.startswith(blob[: len(MAGIC)]):
+        raise DataError(f"{name} is truncated (its header is incomplete)")
+    if len(blob) < _PREFIX.size or blob[: len(MAGIC)] != MAGIC:
+        raise DataError(f"{name} is not a sharnn compressed file")
+    _, version, size = _PREFIX.unpack_from(blob)
+    if version not in READABLE_VERSIONS:
+        raise DataError(
+            f"{name} has format version {version}; this sharnn reads versions {', '.join(map(str, READABLE_VERSIONS))}"
+        )
+    end = _PREFIX.size + size
+    if len(blob) < end + _CRC.size:
+        raise DataError(f"{name} is truncated (its header is incomplete)")
+    text = blob[_PREFIX.size : end]
+    if zlib.crc32(text) != _CRC.unpack_from(blob, end)[0]:
+        raise DataError(f"{name} is corrupt: its header fails its CRC32 check")
+    header = _check_header(_parse_header(text, name), version, name)
+    payload = blob[end + _CRC.size :]
+    if len(payload) != header.payload_bytes:
+        raise DataError(
+            f"{name} is truncated or extended: {len(payload):,} payload bytes, the header says {header.payload_bytes:,}"
+        )
+    if zlib.crc32(payload) != header.payload_crc32:
+        raise DataError(f"{name} is corrupt: its payload fails its CRC32 check")
+    return version, header, payload
+
+
+def pack(header: Header, version: int = FORMAT_VERSION) -> bytes:
+    """A version-``version`` file's header (the keys of that version): prefix, JSON and its CRC32."""
+    fields = {key: value for key, value in dataclasses.asdict(header).items() if key in _KEYS[version]}
+    return frame(json.dumps(fields, separators=(",", ":")).encode(), version)
+
+
+def frame(text: bytes, version: int) -> bytes:
+    """Magic, ``version``, the length of ``text``, ``text`` and its CRC32."""
+    return _PREFIX.pack(MAGIC, version, len(text)) + text + _CRC.pack(zlib.crc32(text))
+
+
+def _parse_header(text: bytes, name: str) -> object:
+    """The header's JSON (UTF-8; no duplicate keys, no NaN or Infinity), or :class:`DataError`."""
+
+    def no_duplicates(pairs: list) -> dict:
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a key appears twice ({min(k for k in set(keys) if keys.count(k) > 1)!r})")
+        return dict(pairs)
+
+    def no_constant(constant: str):
+        raise ValueError(f"{constant} is not a number JSON allows")
+
+    try:
+        return json.loads(text.decode("utf-8"), object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except UnicodeDecodeError:
+        raise DataError(f"{name} is corrupt: its header is not UTF-8 text") from None
+    except (ValueError, RecursionError) as e:
+        raise DataError(f"{name} is corrupt: its header is not valid JSON ({e})") from None
+
+
+def _is_count(value: object, most: int | None = None) -> bool:
+    """An int (not a bool) in ``[0, most]``."""
+    return type(value) is int and 0 <= value and (most is None or value <= most)
+
+
+_U32 = 2**32 - 1
+
+
+_FIELDS = {  # key: (valid?, what it must be)
+    "mode": (lambda v: v in ("model", "online"), '"model" or "online"'),
+    "model_sha256": (lambda v: isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v) is not None, "64 hex digits"),
+    "length": (_is_count, "an integer >= 0"),
+    "streams": (_is_count, "an integer >= 0"),
+    "stream_crc32": (lambda v: type(v) is list and all(_is_count(c, _U32) for c in v), "a list of CRC32s"),
+    "payload_bytes": (_is_count, "an integer >= 0"),
+    "payload_crc32": (lambda v: _is_count(v, _U32), "a CRC32"),
+    "environment": (lambda v: type(v) is dict, "an object"),
+    "online": (lambda v: v is None or type(v) is dict, "null or an object"),
+    "tokenizer": (lambda v: v == "bytes", '"bytes"'),
+    "storage": (lambda v: v in ("coded", "stored"), '"coded" or "stored"'),
+    "coded_bytes": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
+    "precision": (lambda v: v in PRECISIONS, " or ".join(f'"{p}"' for p in PRECISIONS)),
+}
+
+
+def _check_header(fields: object, version: int, name: str) -> Header:
+    """The :class:`Header` of a parsed header of format ``version``: the exact keys of the
+    version, each of its type and range, consistent with each other; or :class:`DataError`."""
+    if type(fields) is not dict:
+        raise DataError(f"{name} is corrupt: its header is a JSON {type(fields).__name__}, not an object")
+    missing, unknown = sorted(_KEYS[version] - fields.keys()), sorted(fields.keys() - _KEYS[version])
+    if missing or unknown:
+        what = [f"lacks {', '.join(missing)}"] * bool(missing) + [f"has unknown keys {', '.join(unknown)}"] * bool(
+            unknown
+        )
+        raise DataError(f"{name} is corrupt: its version-{version} header {' and '.join(what)}")
+    for key, value in fields.items():
+        valid, expected = _FIELDS[key]
+        if not valid(value):
+            shown = json.dumps(value)
+            raise DataError(
+                f"{name} is corrupt: its header's {key} is "
+                f"{shown if len(shown) <= 40 else shown[:37] + '...'}, not {expected}"
+            )
+    header = Header(**fields)
+    for problem in (_environment_problem(header.environment, header.precision), _layout_problem(header)):
+        if problem:
+            raise DataError(f"{name} is corrupt: its header's {problem}")
+    if header.online is not None:
+        _check_online(header.online, ONLINE_KEYS if version == FORMAT_VERSION else FORWARD_ONLINE_KEYS, name)
+    return header
+
+
+def _environment_problem(env: dict, precision: str) -> str | None:
+    """What is wrong with a header's ``environment`` (:func:`environment` of ``precision``), or None."""
+    text, number, maybe = (str,), (int,), type(None)
+    kinds = {"device": text, "torch": text, "threads": number, "cpu_capability": text}
+    if env.get("device") == "cuda":
+        kinds |= {"gpu": text, "cuda": (str, maybe), "cudnn": (int, maybe)}
+    if precision == "bf16":
+        kinds |= {"cpu_features": (list,)}
+    if env.keys() != kinds.keys():
+        return f"environment has keys {', '.join(sorted(env))}, not {', '.join(sorted(kinds))}"
+    devices = ("cpu",) if precision == "bf16" else ("cpu", "cuda")
+    rules = {  # key: (valid?, what it must be), checked once every key has its type
+        "device": (lambda v: v in devices, "device: cpu or cuda, cpu for bf16"),
+        "threads": (lambda v: 1 <= v <= MAX_THREADS, f"threads: 1 to {MAX_THREADS}"),
+        "cpu_features": (_is_feature_list, f"cpu_features: 1 to {MAX_FEATURES} distinct names"),
+    }
+    wrong = [key for key, allowed in kinds.items() if type(env[key]) not in allowed]
+    wrong = wrong or [key for key, (valid, _) in rules.items() if key in env and not valid(env[key])]
+    if not wrong:
+        return None
+    key, names = wrong[0], {str: "text", int: "an integer", list: "a list", maybe: "null"}
+    shown = json.dumps(env[key])
+    if type(env[key]) in kinds[key]:  # of its type, against its rule
+        expected = rules[key][1]
+    else:
+        expected = f"{key}: {' or '.join(names[kind] for kind in kinds[key])}"
+    return f"environment.{key} is {shown if len(shown) <= 40 else shown[:37] + '...'} ({expected})"
+
+
+def _is_feature_list(value: list) -> bool:
+    """A header's ``cpu_features``: 1 to :data:`MAX_FEATURES` distinct names of letters, digits and ``_``."""
+    return (
+        0 < len(value) <= MAX_FEATURES
+        and all(type(f) is str and re.fullmatch("[A-Za-z0-9_]{1,32}", f) for f in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _layout_problem(header: Header) -> str | None:
+    """What contradicts what in a header's sizes, streams and mode, or None."""
+    n, streams, size = header.length, header.streams, header.payload_bytes
+    if (header.mode == "online") != (header.online is not None):
+        return f"mode is {header.mode} but its online settings are {'absent' if header.online is None else 'present'}"
+    if header.storage == "stored":
+        if streams or header.stream_crc32:
+            return f"streams is {streams} with {len(header.stream_crc32)} stream CRC32s in a stored file (it has none)"
+        if size != n:
+            return f"payload_bytes is {size:,} for a length of {n:,} in a stored file (its payload is the input)"
+        if header.coded_bytes is None or header.coded_bytes <= n:
+            return f"coded_bytes is {header.coded_bytes} for a length of {n:,} in a stored file (coding gave more)"
+        return None
+    if header.coded_bytes is not None:
+        return f"coded_bytes is {header.coded_bytes} in a coded file (it is null there)"
+    if streams != len(header.stream_crc32):
+        return f"streams is {streams} but it lists {len(header.stream_crc32)} stream CRC32s"
+    if streams > n or (streams == 0) != (n == 0):
+        return f"streams is {streams} for a length of {n:,} (between 1 and the length, 0 only for an empty file)"
+    if size % 4 or (size == 0) != (n == 0):
+        return f"payload_bytes is {size:,} for a length of {n:,} (32-bit words, none only for an empty file)"
+    if n > _BYTES_PER_PAYLOAD_BIT * 8 * size:
+        return f"length {n:,} is more than {size:,} payload bytes can code"
+    return None
+
+
+def _check_online(settings: dict, keys: tuple[str, ...], name: str) -> None:
+    """A header's online settings: exactly ``keys`` (its version's), a valid configuration,
+    a model of at most :data:`MAX_ONLINE_PARAMETERS` parameters; or :class:`DataError`."""
+    if settings.keys() != set(keys):
+        raise DataError(
+            f"{name} is corrupt: its header's online settings have keys {', '.join(sorted(settings))}, "
+            f"not {', '.join(sorted(keys))}"
+        )
+    try:
+        check_online_size(load_config(settings))
+    except ConfigError as e:
+        raise DataError(f"{name} is corrupt: its header's online settings are invalid: {e}") from None

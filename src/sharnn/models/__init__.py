@@ -1,0 +1,13 @@
+"""The models wing: the networks and what describes, builds, steps and shares them.
+
+- :mod:`.config`: :class:`SHARNNConfig`, everything that defines a model, and its variants;
+- :mod:`.sharnn`: the SHA-RNN (paper §3), top to bottom; :mod:`.lstm`: its LSTMs;
+- :mod:`.transformer`: the decoder-only baseline built from the same config;
+- :mod:`.build`: the :class:`LanguageModel` protocol, the class chosen by
+  ``config.architecture``, the model fingerprint;
+- :mod:`.step`: one inference position, the reference and the fast step side by side;
+- :mod:`.hub`: the Hugging Face Hub layout, one mixin for both architectures.
+
+Nothing here imports from :mod:`sharnn.training`, :mod:`sharnn.coding`, the API or the
+command line (``tests/test_layers.py``).
+"""
