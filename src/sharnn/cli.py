@@ -213,27 +213,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     help="Contiguous pieces coded side by side: faster, each starts cold.  [default: one per 8 KiB of input, "
     "1 to 32; online: 8]",  # sharnn.coding.codec.default_streams (the help imports no torch)
 )
-@click.option(
-    "--threads",
-    default=1,
-    show_default=True,
-    type=click.IntRange(min=1, max=1024),
-    help="Torch threads while coding; decompression uses the same count.",
-)
-@click.option(
-    "--device",
-    default="cpu",
-    show_default=True,
-    help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.",
-)
-@click.option(
-    "--precision",
-    type=click.Choice(["fp32", "bf16"]),
-    default="fp32",
-    show_default=True,
-    help="bf16: the model's products in bfloat16 on a CPU with bf16 instructions, faster and a little larger; "
-    "the file decodes only on a CPU with the same features.",
-)
+@console.coding_options
 @console.force_dest_option
 @console.quiet_option
 @click.argument("overrides", nargs=-1)

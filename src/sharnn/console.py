@@ -143,3 +143,29 @@ def runtime_options(command):
         help="SDPA attention and bf16 memory (auto: on with CUDA); off is the eager reference path.",
     )(command)
     return click.option("--device", default="auto", show_default=True)(command)
+
+
+def coding_options(command):
+    """The --threads, --device and --precision options of compress: what the file records
+    and its decoding repeats (docs/compression.md)."""
+    command = click.option(
+        "--precision",
+        type=click.Choice(["fp32", "bf16"]),
+        default="fp32",
+        show_default=True,
+        help="bf16: the model's products in bfloat16 on a CPU with bf16 instructions, faster and a little larger; "
+        "the file decodes only on a CPU with the same features.",
+    )(command)
+    command = click.option(
+        "--device",
+        default="cpu",
+        show_default=True,
+        help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.",
+    )(command)
+    return click.option(
+        "--threads",
+        default=1,
+        show_default=True,
+        type=click.IntRange(min=1, max=1024),
+        help="Torch threads while coding; decompression uses the same count.",
+    )(command)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import codecs
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -93,33 +93,42 @@ def generate(
     device = next(model.parameters()).device
     generator = torch.Generator(device=device)
     generator.manual_seed(seed) if seed is not None else generator.seed()
-    window = min(window, model.config.attention_span)
-    prompts = prompts.to(device)
-
-    def step(tokens: Tensor, state):
-        with autocast(device.type, autocast_dtype):
-            return model(tokens, state)
-
-    state = None
-    for start in range(0, prompts.shape[0], window):
-        logits, state = step(prompts[start : start + window], state)
-    logits = logits[-1]
-    if isinstance(model, SHARNN) and autocast_dtype is None:  # the inference step, from the prompt's state
-        advance = Step(model, prompts.shape[1], prompts.shape[0] + max_new_tokens)
-        advance.load_state(state)
-    else:
-
-        def advance(tokens: Tensor) -> Tensor:
-            nonlocal state
-            logits, state = step(tokens.view(1, -1), state)
-            return logits[0]
-
+    logits, advance = _read_prompts(model, prompts.to(device), window, autocast_dtype, max_new_tokens)
     for i in range(max_new_tokens):
         probs = filter_logits(logits, temperature, top_k, top_p)  # [B, V]
         tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         yield tokens
         if i + 1 < max_new_tokens:
             logits = advance(tokens)
+
+
+def _read_prompts(
+    model: SHARNN, prompts: Tensor, window: int, autocast_dtype: torch.dtype | None, max_new_tokens: int
+) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    """Feed ``prompts [N, B]`` in chunks of ``window`` (capped at the attention span): the
+    logits ``[B, V]`` of their last position, and the step that runs one more position
+    (``tokens [B] -> logits [B, V]``) from the prompts' state: an SHA-RNN's inference
+    :class:`~sharnn.models.step.Step` in fp32, the model's forward otherwise."""
+    window = min(window, model.config.attention_span)
+
+    def forward(tokens: Tensor, state):
+        with autocast(prompts.device.type, autocast_dtype):
+            return model(tokens, state)
+
+    state = None
+    for start in range(0, prompts.shape[0], window):
+        logits, state = forward(prompts[start : start + window], state)
+    if isinstance(model, SHARNN) and autocast_dtype is None:  # the inference step, from the prompt's state
+        step = Step(model, prompts.shape[1], prompts.shape[0] + max_new_tokens)
+        step.load_state(state)
+        return logits[-1], step
+
+    def advance(tokens: Tensor) -> Tensor:
+        nonlocal state
+        logits, state = forward(tokens.view(1, -1), state)
+        return logits[0]
+
+    return logits[-1], advance
 
 
 def print_sample(model: SHARNN, corpus: Corpus, n: int, seed: int, autocast_dtype: torch.dtype | None = None) -> None:
