@@ -71,8 +71,43 @@ def run_windows(model, tokens, lengths, state=None):
     return torch.cat(outputs), state
 
 
-def assert_same(a, b, atol=1e-6):
-    torch.testing.assert_close(a, b, atol=atol, rtol=0)
+def assert_same(a, b):
+    """Bit for bit: the same computation on the same values (or a promise of exactness)."""
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+# Two float32 computations of one function (the model's folded, fused code against the
+# literal equations; one window against several) round differently: a sum of d terms
+# added in another order (another kernel, another blocking: it differs from CPU to CPU)
+# differs by a few float32 ulps (eps = 1.2e-7) times sqrt(d) of the size of its terms, and
+# the LayerNorms, softmaxes and the LSTM's recurrence over up to 40 positions carry that
+# on. So the difference is bounded relative to the tensor's scale (its largest value),
+# not to each element: a value near zero computed from terms of size 1 is as uncertain as
+# they are. FLOAT32_RTOL = 1e-5, about 80 ulps, allowed relative to each element and
+# again to the tensor's scale: the largest differences measured are 5 ulps of the scale
+# on an AMD CPU (one window against several) and 16 ulps on an Intel CPU with AMX (an
+# LSTM block's h against its literal form). A real mistake (a wrong sign, a missing term,
+# a wrong scale) moves outputs by percents of their scale, a thousand times more: the
+# tests below check that deliberately wrong variants fail this tolerance.
+FLOAT32_RTOL = 1e-5
+
+
+def float32_tolerance(expected) -> dict:
+    """``assert_close``'s rtol and atol for ``expected`` computed in float32 another way."""
+    return dict(rtol=FLOAT32_RTOL, atol=FLOAT32_RTOL * expected.abs().max().item())
+
+
+def assert_float32_close(actual, expected):
+    """``actual`` and ``expected`` are one function computed in float32 in two ways (or
+    ``expected`` exactly, in float64): equal up to float32 rounding (see FLOAT32_RTOL)."""
+    torch.testing.assert_close(actual, expected, **float32_tolerance(expected))
+
+
+def assert_not_float32_close(actual, wrong):
+    """A deliberately wrong variant ``wrong`` of ``actual``'s function fails the tolerance
+    of :func:`assert_float32_close`, with a margin of ten."""
+    excess = (actual - wrong).abs() - 10 * (float32_tolerance(wrong)["atol"] + FLOAT32_RTOL * wrong.abs())
+    assert excess.max().item() > 0, "a wrong variant passes the float32 tolerance"
 
 
 def assert_differs(a, b, min_diff=1e-4):
@@ -186,6 +221,25 @@ def literal_model(model, tokens, lengths):
     return x @ model.embedding.weight.T + model.output_bias
 
 
+def wrong_blocks(block):
+    """Copies of ``block``, each with one deliberate mistake: the LSTM's second bias missing
+    (a missing term), LN_ff's bias negated (a wrong sign) and, in an attention block, the
+    scores scaled by 1/d instead of 1/sqrt(d) (a wrong scale: the query a quarter, d = 16)."""
+    with torch.no_grad():
+        missing = copy.deepcopy(block)
+        missing.lstm.bias_hh_l0.zero_()
+        yield "missing LSTM bias", missing
+        sign = copy.deepcopy(block)
+        sign.feed_forward.ln_ff.bias.neg_()
+        yield "negated LN_ff bias", sign
+        if block.attention is not None:
+            scale = copy.deepcopy(block)
+            head = scale.attention.head
+            head.ln_query.weight.div_(math.sqrt(head.gate_q.numel()))
+            head.ln_query.bias.div_(math.sqrt(head.gate_q.numel()))
+            yield "scores over d", scale
+
+
 def attention_block(model):
     return next(b for b in model.blocks if b.attention is not None)
 
@@ -202,9 +256,9 @@ def test_future_byte_never_changes_earlier_outputs_within_a_window(attention):
     with torch.no_grad():
         a, _ = model(tokens)
         b, _ = model(changed)
-    assert_same(a[:12], b[:12], atol=0)
+    assert_same(a[:12], b[:12])
     assert_differs(a[12:, 0], b[12:, 0])
-    assert_same(a[:, 1], b[:, 1], atol=0)  # the other stream is independent
+    assert_same(a[:, 1], b[:, 1])  # the other stream is independent
 
 
 @pytest.mark.parametrize("attention", ["single", "all"])
@@ -219,8 +273,8 @@ def test_future_byte_never_changes_earlier_outputs_across_windows(attention):
             changed[pos, 0] = (changed[pos, 0] + 7) % V
             out1_again, state_again = model(w1)
             out2_changed, _ = model(changed, state_again)
-            assert_same(out1_again, out1, atol=0)
-            assert_same(out2_changed[:pos], out2[:pos])
+            assert_same(out1_again, out1)
+            assert_same(out2_changed[:pos], out2[:pos])  # the same computation, as within a window
             assert_differs(out2_changed[pos:, 0], out2[pos:, 0])
 
 
@@ -236,7 +290,7 @@ def test_changing_window_one_changes_window_two_through_state_and_memory(attenti
         out2, _ = model(w2, state)
         out2_changed, _ = model(w2, state_changed)
     assert_differs(out2[:, 0], out2_changed[:, 0], min_diff=1e-6)
-    assert_same(out2[:, 1], out2_changed[:, 1], atol=0)
+    assert_same(out2[:, 1], out2_changed[:, 1])
 
 
 def test_memory_alone_carries_information_into_the_next_window():
@@ -263,14 +317,14 @@ def test_one_window_equals_several_windows_within_the_span(attention, lengths):
     with torch.no_grad():
         whole, whole_state = model(tokens)
         chunked, chunked_state = run_windows(model, tokens, lengths)
-    assert_same(chunked, whole, atol=1e-5)
+    assert_float32_close(chunked, whole)
     for (h1, c1), (h2, c2) in zip(whole_state.lstm, chunked_state.lstm):
-        assert_same(h1, h2, atol=1e-5)
-        assert_same(c1, c2, atol=1e-5)
+        assert_float32_close(h2, h1)
+        assert_float32_close(c2, c1)
     for m1, m2 in zip(whole_state.memory, chunked_state.memory):
         assert (m1 is None) == (m2 is None)
         if m1 is not None:
-            assert_same(m1, m2, atol=1e-5)
+            assert_float32_close(m2, m1)
 
 
 @pytest.mark.parametrize("attention", ["single", "all"])
@@ -283,14 +337,14 @@ def test_windows_beyond_the_span_match_a_literal_recomputation(attention, length
     with torch.no_grad():
         chunked, _ = run_windows(model, tokens, lengths)
         literal = literal_model(model, tokens, lengths)
-    assert_same(chunked, literal, atol=1e-5)
+    assert_float32_close(chunked, literal)
 
 
 def test_one_window_literal_recomputation_matches_model():
     model = make_model(attention="all", attention_span=40)
     tokens = random_tokens(30)
     with torch.no_grad():
-        assert_same(model(tokens)[0], literal_model(model, tokens, [30]), atol=1e-5)
+        assert_float32_close(model(tokens)[0], literal_model(model, tokens, [30]))
 
 
 def test_memory_length_and_content_after_each_window():
@@ -308,9 +362,9 @@ def test_memory_length_and_content_after_each_window():
             expected_len = min(expected_len + T, span)
             memory = state.memory[i]
             assert memory.shape == (expected_len, 2, 16)
-            assert_same(memory[-T:], stored[-1], atol=0)  # this window's LN_mem(u)
+            assert_same(memory[-T:], stored[-1])  # this window's LN_mem(u)
             if previous is not None and expected_len > T:
-                assert_same(memory[:-T], previous[-(expected_len - T) :], atol=0)
+                assert_same(memory[:-T], previous[-(expected_len - T) :])
             assert all(m is None for j, m in enumerate(state.memory) if j != i)
             previous = memory
 
@@ -340,8 +394,8 @@ def test_next_window_sees_exactly_the_last_span_minus_T_memory_positions(T):
             changed.memory[i] = memory
             return model(window, changed)[0]
 
-        assert_same(perturbed(first_kept - 1), reference, atol=0)
-        assert_same(perturbed(0), reference, atol=0)
+        assert_same(perturbed(first_kept - 1), reference)
+        assert_same(perturbed(0), reference)
         if first_kept < span:
             assert_differs(perturbed(first_kept), reference, min_diff=1e-6)
 
@@ -373,14 +427,18 @@ def test_attention_matches_literal_equations(M, implementation):
         out = attn(r, kv)
         ref = copy.deepcopy(attn).double()
         expected = literal_attention(ref, r.double(), kv.double(), allowed)
-    assert_same(out.double(), expected, atol=1e-6)
+        ref.ln_query.weight.div_(math.sqrt(d))  # a wrong scale: the scores over d, not sqrt(d)
+        ref.ln_query.bias.div_(math.sqrt(d))
+        wrong = literal_attention(ref, r.double(), kv.double(), allowed)
+    assert_float32_close(out.double(), expected)  # float32 against float64
+    assert_not_float32_close(out.double(), wrong)
     assert expected.abs().max() > 1e-2  # the comparison is not between two near-zero tensors
 
 
 def test_value_gate_uses_first_half_as_c_and_second_half_as_f():
     attn = attention_block(make_model()).attention.head
     with torch.no_grad():
-        assert_same(attn.value_gate_vector(), literal_value_gate(attn), atol=1e-7)
+        assert_float32_close(attn.value_gate_vector(), literal_value_gate(attn))
         d = attn.gate_q.numel()
         out = attn.value_gate_net(torch.sigmoid(attn.gate_v))
         swapped = torch.sigmoid(out[:d]) * torch.tanh(out[d:])
@@ -401,19 +459,24 @@ def test_block_matches_literal_equations(has_attention, M):
     with torch.no_grad():
         z, (h, c), new_memory = block(x, state, memory)
         z_ref, (h_ref, c_ref), kv_ref = literal_block(block, x, state, memory)
-    assert_same(z, z_ref, atol=1e-5)
-    assert_same(h, h_ref, atol=1e-6)
-    assert_same(c, c_ref, atol=1e-6)
+    assert_float32_close(z, z_ref)
+    assert_float32_close(h, h_ref)
+    assert_float32_close(c, c_ref)
     if has_attention:
         assert new_memory.shape[0] == min(M + T, 32)
-        assert_same(new_memory, kv_ref, atol=1e-6)
+        assert_float32_close(new_memory, kv_ref)
     else:
         assert new_memory is None
+    for mistake, wrong in wrong_blocks(block):
+        z_wrong, (h_wrong, c_wrong), _ = literal_block(wrong, x, state, memory)
+        changed = (z_wrong, h_wrong, c_wrong) if mistake == "missing LSTM bias" else (z_wrong,)
+        for ours, theirs in zip((z, h, c), changed):
+            assert_not_float32_close(ours, theirs)
 
 
 def test_gelu_is_the_sigmoid_approximation():
     x = torch.linspace(-6, 6, 101)
-    assert_same(gelu(x), x * torch.sigmoid(1.702 * x), atol=1e-6)
+    assert_float32_close(gelu(x), x * torch.sigmoid(1.702 * x))
     assert_differs(gelu(x), F.gelu(x), min_diff=1e-3)  # not erf-GELU
 
 
@@ -423,7 +486,7 @@ def test_boom_is_linear_gelu_and_chunk_sum_without_down_projection():
     nn.init.normal_(boom.linear.weight)
     nn.init.normal_(boom.linear.bias)
     x = torch.randn(5, 3, 8)
-    assert_same(boom(x), literal_boom(boom, x), atol=1e-5)
+    assert_float32_close(boom(x), literal_boom(boom, x))
     assert sorted(n for n, _ in boom.named_parameters()) == ["linear.bias", "linear.weight"]
     assert boom.linear.weight.shape == (32, 8)
 
@@ -556,7 +619,7 @@ def test_collapse_keeps_outputs_and_drops_the_value_gate_network():
         expected_collapsed = model.num_parameters(collapsed=True)
         model.collapse()
         after, _ = run_windows(model, tokens, [12, 8])
-    assert_same(after, before, atol=1e-7)
+    assert_same(after, before)  # exactly: the same vector (docs/model.md, "Collapse")
     assert model.num_parameters() == count_before - n_attention * (2 * d * d + 2 * d)
     assert model.num_parameters() == expected_collapsed
     assert model.config.collapsed is True
@@ -565,7 +628,7 @@ def test_collapse_keeps_outputs_and_drops_the_value_gate_network():
     fresh = SHARNN(model.config).eval()
     fresh.load_state_dict(model.state_dict())
     with torch.no_grad():
-        assert_same(run_windows(fresh, tokens, [12, 8])[0], before, atol=1e-7)
+        assert_same(run_windows(fresh, tokens, [12, 8])[0], before)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -627,7 +690,7 @@ def test_without_attention_a_window_may_be_longer_than_the_span():
     with torch.no_grad():
         whole, _ = model(tokens)
         chunked, _ = run_windows(model, tokens, [8, 8, 4])
-    assert_same(whole, chunked, atol=1e-5)
+    assert_float32_close(chunked, whole)
 
 
 def test_unknown_attention_implementation_is_refused():

@@ -148,22 +148,23 @@ def compress(
         header, payload = encode(data, model, streams=streams, online=online, progress=progress, precision=precision)
     version = written_version(model)
     coded = pack(header, version) + payload
-    stored = (
-        pack(
-            dataclasses.replace(
-                header,
-                storage="stored",
-                coded_bytes=len(coded),
-                streams=0,
-                stream_crc32=[],
-                payload_bytes=len(data),
-                payload_crc32=zlib.crc32(data),
-            ),
-            version,
-        )
-        + data
-    )
+    stored = _stored(header, data, version, len(coded))
     return stored if len(stored) < len(coded) else coded
+
+
+def _stored(header: Header, data: bytes, version: int, coded_bytes: int) -> bytes:
+    """The file that stores ``data`` raw under the coded file's ``header`` (``storage``
+    ``"stored"``, ``coded_bytes`` the coded file's size, the payload ``data`` itself)."""
+    stored = dataclasses.replace(
+        header,
+        storage="stored",
+        coded_bytes=coded_bytes,
+        streams=0,
+        stream_crc32=[],
+        payload_bytes=len(data),
+        payload_crc32=zlib.crc32(data),
+    )
+    return pack(stored, version) + data
 
 
 def encode(
@@ -252,9 +253,11 @@ def decompress(
         CRC32 checked; ``model`` is not used).
 
     Raises:
-        DataError: a file that is not sharnn's, corrupt, truncated, or that decodes to
-            bytes whose CRC32 differs (another model, machine or library version), or
-            one whose decoding needs more memory than this machine has.
+        DataError: a file that is not sharnn's, corrupt, truncated, or one whose decoding
+            needs more memory than this machine has; a coded file that does not decode
+            here or decodes to bytes whose CRC32 differs (made on another kind of machine,
+            or with another library version): one line that names what differs from the
+            header's environment (docs/compression.md, "Which files travel").
         CheckpointError: a model-mode file without its model, or with another model.
         ConfigError: an online file given a model; a bf16 file coded on a CPU of other
             :func:`cpu_features` (before anything is decoded).
@@ -277,8 +280,10 @@ def decompress(
             grid = _walk(model, lengths, code, online, progress, version, header.precision)
     except (ValueError, RuntimeError, AssertionError) as e:
         # constriction's "out of data" on a payload that ends early, or its AssertionError on
-        # data invalid under the model (probabilities that differ from the encoder's)
-        raise DataError(f"{name} does not decode: {e}") from None
+        # data invalid under the model: probabilities that differ from the encoder's (the
+        # payload's CRC32 passed, so the file is as it was written)
+        failure = f" does not decode ({(str(e).strip().splitlines() or [type(e).__name__])[0]})"
+        raise _undecodable(header, name, _device(model), failure) from None
     except MemoryError:
         raise DataError(
             f"{name}: decoding its {header.length:,} bytes needs more memory than this machine has"
@@ -421,14 +426,33 @@ def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: s
     pieces = [grid[:n, b].tobytes() for b, n in enumerate(lengths)]
     bad = [b for b, piece in enumerate(pieces) if zlib.crc32(piece) != header.stream_crc32[b]]
     if bad:
-        here, there = environment(device, header.precision), header.environment
-        differs = [f"{k} {there[k]} (here {here.get(k)})" for k in there if k != "threads" and there[k] != here.get(k)]
-        hint = f"; it was compressed with {', '.join(differs)}" if differs else ""
-        raise DataError(
-            f"{name}: stream {bad[0]} decodes to bytes that fail its CRC32 check ({len(bad)} of "
-            f"{len(lengths)} streams){hint}; nothing was written"
-        )
+        failure = f": stream {bad[0]} decodes to bytes that fail its CRC32 check ({len(bad)} of {len(lengths)} streams)"
+        raise _undecodable(header, name, device, failure)
     return b"".join(pieces)
+
+
+def _undecodable(header: Header, name: str, device: torch.device, failure: str) -> DataError:
+    """The one line that refuses a coded file whose payload is intact but does not decode
+    here (``failure``, after the file's name): its probabilities differed from the
+    encoder's. Where the environment the header records differs from this machine's (the
+    thread count aside: decoding runs on the header's), the line says the file was made on
+    another kind of machine and names what differs, whatever failed; where nothing recorded
+    differs, it keeps ``failure`` (the coder's first line, or the streams that fail their
+    CRC32) and says that CPUs of one capability can round differently."""
+    here, there = environment(device, header.precision), header.environment
+    differs = [f"{k} {there[k]} (here {here.get(k)})" for k in there if k != "threads" and there[k] != here.get(k)]
+    if differs:
+        failure, made = " does not decode", f"it was made on another kind of machine ({', '.join(differs)})"
+    else:
+        recorded = ", ".join(f"{k} {there[k]}" for k in there if k != "threads")
+        made = (
+            f"it records this machine's {recorded}, but CPUs of one capability can round differently "
+            "(an Intel and an AMD one), so it was likely made on another kind of machine"
+        )
+    return DataError(
+        f"{name}{failure}: {made}; files coded in {header.precision} with float probabilities decode only on "
+        "the same kind of CPU, torch version and thread count; nothing was written"
+    )
 
 
 def _device(model: SHARNN) -> torch.device:
