@@ -50,8 +50,11 @@ seeds with a min-max band).
     python benchmarks/ablations.py --report --markdown docs/ablations.md.table \\
         --json docs/ablations.json --plot docs/ablations.png
 
-Exit status 0; 1 when a run failed (the others still run); 2 for a bad grid or option;
-130 or 143 when interrupted.
+Outputs are checked before any work: ``--out`` must be a folder or not exist yet,
+``--json``, ``--markdown`` and ``--plot`` must name files in existing folders.
+
+Exit status 0; 1 when a run failed (the others still run); 2 for a bad grid or option, or
+a missing dependency (scipy: ``pip install -e ".[bench]"``); 130 or 143 when interrupted.
 """
 
 from __future__ import annotations
@@ -74,15 +77,19 @@ from pathlib import Path
 import torch
 import yaml
 from filelock import FileLock
-from scipy import stats
 
-from common import environment, print_table, read_metrics
+from common import environment, missing_extra, print_table, read_metrics
 from sharnn.config import config_changes, load_config
 from sharnn.data.corpus import load_corpus
 from sharnn.errors import SharnnError
 from sharnn.files import Lock, LockError, Terminated, sigterm_raises, write_atomically
 from sharnn.models.build import parameter_count
 from sharnn.training.run_folder import LOCK_FILE, read_summary
+
+try:
+    from scipy import stats
+except ModuleNotFoundError as e:  # not a dependency of sharnn itself: the extra "bench" installs it
+    missing_extra(e, __name__)
 
 GRID = Path(__file__).resolve().parent / "ablations.yaml"
 AT_STEP = 300  # the report's per-step comparison: every variant of the bundled grid gets past it
@@ -712,6 +719,29 @@ def run_grid(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> int:
     return 1 if failed else 0
 
 
+def check_outputs(args) -> None:
+    """Refuse, before any work, outputs that cannot be written: an ``--out`` that is not a
+    folder (a file, or under one), a ``--json``, ``--markdown`` or ``--plot`` that is a
+    folder or whose folder does not exist or cannot be written in. Raises :class:`GridError`."""
+    above = args.out
+    while not above.exists() and not above.is_symlink() and above != above.parent:
+        above = above.parent  # the nearest existing folder, where --out is to be made
+    if not above.is_dir():
+        what = "is" if above == args.out else f"is inside {above}, which is"
+        raise GridError(f"--out {args.out} {what} not a folder: give a folder for the run folders")
+    for option in ("json", "markdown", "plot"):
+        path = getattr(args, option)
+        if path is None:
+            continue
+        folder = path.absolute().parent
+        if path.is_dir():
+            raise GridError(f"--{option} {path} is a folder: give a file name")
+        if not folder.is_dir():
+            raise GridError(f"--{option} {path}: no folder {folder}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise GridError(f"--{option} {path}: cannot write in {folder}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", type=Path, default=GRID, help="the grid's YAML file [benchmarks/ablations.yaml]")
@@ -729,6 +759,7 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         with sigterm_raises():
+            check_outputs(args)
             grid = read_grid(args.grid)
             if args.seconds is not None:
                 grid = Grid(args.seconds, grid.threads, grid.baseline, grid.runs)

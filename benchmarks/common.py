@@ -28,6 +28,16 @@ from sharnn.runtime import Runtime, resolve_device
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def missing_extra(error: ModuleNotFoundError, script: str) -> None:
+    """A benchmark's dependency that sharnn itself does not need is missing (``error``):
+    when ``script`` is run as a program, one line naming the extra that installs it and exit
+    status 2; imported (a test), the error itself."""
+    if script != "__main__":
+        raise error
+    print(f'error: {error.name} is missing: install the benchmarks\' extra, pip install -e ".[bench]"', file=sys.stderr)
+    sys.exit(2)
+
+
 def environment(device: torch.device) -> dict:
     """Versions and hardware, stored with every result."""
     env = {

@@ -64,13 +64,13 @@ from pathlib import Path
 import matplotlib
 import torch
 import torch.nn.functional as F
-import zstandard
 
 from common import (
     environment,
     enwik8_head,
     judge,
     median,
+    missing_extra,
     parse_args_with_overrides,
     print_table,
     print_targets,
@@ -87,6 +87,11 @@ from sharnn.errors import SharnnError
 from sharnn.generation import generate
 from sharnn.models.step import ONEDNN, ReferenceStep, Step, linear as step_linear
 from sharnn.training.checkpoint import load_model
+
+try:
+    import zstandard
+except ModuleNotFoundError as e:  # not a dependency of sharnn itself: the extra "bench" installs it
+    missing_extra(e, __name__)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

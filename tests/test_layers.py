@@ -24,7 +24,7 @@ FLOORS = [
     {"training"},
     {"coding"},  # online mode trains with the training recipe
     {"analysis", "export"},
-    {"analysis_report"},
+    {"analysis_report", "arguments", "results"},
     {"api"},
     {"console"},
     {"cli"},

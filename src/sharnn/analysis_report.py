@@ -1,17 +1,22 @@
 """The report of ``sharnn analyze tokenization`` (:func:`sharnn.analysis.analyze`) as a
 reader gets it: plain aligned tables (:func:`format_report`), and the JSON and figures
-written beside them (:func:`write_report`; docs/tokenization.md).
+written beside them (:func:`write_report`, whose destination :func:`check_destination`
+checks before the analysis; docs/tokenization.md).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
+from .errors import ConfigError
 from .files import write_atomically
+
+_FIGURES = {"bytes": "positions", "bpe": "pieces"}  # the figure of each kind of report, by its file's suffix
 
 
 def format_report(report: dict) -> str:
@@ -123,23 +128,63 @@ def _format(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def write_report(report: dict, folder: str | Path) -> list[Path]:
-    """Write ``tokenization-SPLIT.json`` and, for bytes and bpe, a PNG figure
-    (``tokenization-SPLIT-positions.png``, ``tokenization-SPLIT-pieces.png``) into
-    ``folder`` (created if needed), atomically. Returns the paths written.
+def report_files(folder: str | Path, split: str, kind: str) -> list[Path]:
+    """The files :func:`write_report` writes into ``folder`` for a report of ``split``
+    (``data`` for a report of no split) and ``kind`` (``bytes``, ``bpe`` or ``words``):
+    ``tokenization-SPLIT.json``, then for bytes and bpe a PNG figure
+    (``tokenization-SPLIT-positions.png``, ``tokenization-SPLIT-pieces.png``)."""
+    folder, stem = Path(folder), f"tokenization-{split}"
+    paths = [folder / f"{stem}.json"]
+    if kind in _FIGURES:
+        paths.append(folder / f"{stem}-{_FIGURES[kind]}.png")
+    return paths
+
+
+def check_destination(folder: str | Path, split: str, kind: str) -> list[Path]:
+    """Check, before any work, that :func:`write_report` can write a report of ``split``
+    and ``kind`` into ``folder``: a folder, or a name that can be made one (its nearest
+    existing folder writable), in which each of :func:`report_files` is a file, a
+    symbolic link (replaced, never written through) or nothing yet. An existing report
+    is replaced. Returns :func:`report_files`.
 
     Raises:
+        ConfigError: naming what is in the way.
+    """
+    folder = Path(folder)
+    if os.path.lexists(folder):
+        if not folder.is_dir():
+            raise ConfigError(f"{folder} is not a folder: give --out a folder, or a new name, for the report")
+        nearest = folder
+    else:
+        nearest = folder.absolute().parent
+        while not os.path.lexists(nearest):
+            nearest = nearest.parent
+        if not nearest.is_dir():
+            raise ConfigError(f"{folder} cannot be made: {nearest} is not a folder")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise ConfigError(f"{nearest} is not writable: give --out a folder this user can write in")
+    paths = report_files(folder, split, kind)
+    for path in paths:
+        if not path.is_symlink() and os.path.lexists(path) and not path.is_file():
+            raise ConfigError(f"{path} is in the way of the report: it is not a file (move it, or give another --out)")
+    return paths
+
+
+def write_report(report: dict, folder: str | Path) -> list[Path]:
+    """Write :func:`report_files` into ``folder`` (created if needed, having passed
+    :func:`check_destination`), atomically. Returns the paths written.
+
+    Raises:
+        ConfigError: from :func:`check_destination`.
         OSError: the file system refused.
     """
     folder = Path(folder)
+    paths = check_destination(folder, report.get("split", "data"), report["kind"])
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"tokenization-{report.get('split', 'data')}"
-    paths = [folder / f"{stem}.json"]
     write_atomically(paths[0], json.dumps(report, indent=2, default=_json_number) + "\n")
-    figure = {"bytes": _positions_figure, "bpe": _pieces_figure}.get(report["kind"])
-    if figure is not None:
-        paths.append(folder / f"{stem}-{'positions' if report['kind'] == 'bytes' else 'pieces'}.png")
-        write_atomically(paths[-1], _png(figure(report)))
+    if len(paths) > 1:
+        figure = {"bytes": _positions_figure, "bpe": _pieces_figure}[report["kind"]]
+        write_atomically(paths[1], _png(figure(report)))
     return paths
 
 

@@ -16,43 +16,39 @@ line's message; ``OSError`` when the file system refuses.
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
-import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
+from .analysis_report import check_destination
+from .arguments import check_count, check_number, check_overrides, check_path, check_runtime
 from .coding.codec import coding_device, compress as encode, decompress as decode
-from .coding.container import Header, read_header
+from .coding.container import MAX_FILE_BYTES, MAX_LENGTH, read_header
 from .coding.online import online_config, online_model
 from .config import TrainConfig, load_config, preset_names, to_yaml
+from .config_check import shown
 from .data.corpus import Corpus, load_corpus, read_bytes
 from .data.tokenizer import Tokenizer, check_corpus_tokenizer
-from .errors import CheckpointError, ConfigError, DataError
-from .evaluation import EvalResult, evaluate
-from .files import check_new, output_lock, write_atomically
+from .errors import CheckpointError, ConfigError
+from .evaluation import evaluate
+from .files import output_destination, read_input, write_output
 from .generation import filter_logits, generate as sample
 from .models.build import LanguageModel, build_model
 from .progress import ProgressDisplay
+from .results import Coding, Evaluation, Generation, Loaded
 from .runtime import Runtime, resolve_device
-from .training.checkpoint import is_pretrained, load_model, read_config, read_info, read_tokenizer, resolve
-
-
-class Loaded(NamedTuple):
-    """A loaded checkpoint: ``model`` (in eval mode, on the eager path), ``config`` (the
-    run's TrainConfig; None for a plain ``save_pretrained`` folder, which records no
-    training) and ``tokenizer`` (bytes unless the folder has a ``tokenizer.json``)."""
-
-    model: LanguageModel
-    config: TrainConfig | None
-    tokenizer: Tokenizer
+from .training.checkpoint import (
+    is_pretrained,
+    load_model,
+    read_config,
+    read_info,
+    read_tokenizer,
+    resolve,
+)
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
@@ -62,39 +58,14 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     Raises:
         CheckpointError: no checkpoint there, or missing, corrupt or mismatched files.
         DataError: an invalid ``tokenizer.json``, or one that does not fit the model.
+        ConfigError: a ``path`` that is no path; an unknown or unavailable ``device``
+            (:func:`sharnn.runtime.resolve_device`: ``auto`` too).
     """
-    model, config = load_model(path, device=device)
+    check_path("path", path)
+    if not isinstance(device, (str, torch.device)):
+        raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or a torch.device, got {shown(device)}")
+    model, config = load_model(path, device=resolve_device(device))
     return Loaded(model, config, read_tokenizer(path, model.config.vocab_size))
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What :func:`evaluate_checkpoint` scored: ``result`` (bits per byte, nats per token,
-    perplexities), ``data`` (the file, or ``DATA (SPLIT)``), the ``streams`` and the
-    ``window`` length (tokens) it used, and the model's ``tokenizer``."""
-
-    result: EvalResult
-    data: str
-    streams: int
-    window: int
-    tokenizer: Tokenizer
-
-    def format(self) -> str:
-        """The lines ``sharnn eval`` prints: what was predicted, then bits per byte, nats per
-        byte or bits per token, perplexity, and word perplexity where words are counted."""
-        result, tokenizer = self.result, self.tokenizer
-        unit = "bytes" if tokenizer.is_bytes else f"tokens ({tokenizer.name}: {result.bytes:,} bytes)"
-        lines = [
-            f"{self.data}: {result.tokens:,} {unit} predicted, {self.streams} streams, windows of {self.window}",
-            f"bits per byte: {result.bpc:.4f}",
-        ]
-        if tokenizer.is_bytes:
-            lines += [f"nats per byte: {result.nats:.4f}", f"perplexity:    {result.perplexity:.4f}"]
-        else:
-            lines += [f"bits per token: {result.bits_per_token:.4f}", f"perplexity per token: {result.perplexity:.2f}"]
-        if result.word_perplexity is not None:
-            lines.append(f"word perplexity ({result.words:,} words + <eos>): {result.word_perplexity:.2f}")
-        return "\n".join(lines)
 
 
 def evaluate_checkpoint(
@@ -123,10 +94,16 @@ def evaluate_checkpoint(
 
     Raises:
         CheckpointError: as :func:`load`; a folder without training data and no ``file``.
-        ConfigError: a window the attention span cannot take; bad device settings.
+        ConfigError: a window the attention span cannot take; bad device settings; an
+            argument of the wrong type, ``streams`` or ``bptt`` < 1.
         DataError: a missing corpus or file, one too small for ``streams``, or a corpus
             made by another tokenizer than the model's.
     """
+    check_path("path", path)
+    check_path("file", file, optional=True)
+    check_count("streams", streams, 1, optional=True)
+    check_count("bptt", bptt, 1, optional=True)
+    check_runtime(device, fast_path)
     model, config, tokenizer = load(path)
     count_words = False
     if config is None:  # a plain save_pretrained folder: no data recorded; the paper's protocol for a file
@@ -143,38 +120,11 @@ def evaluate_checkpoint(
         default_streams = config.valid_streams if split == "valid" else config.test_streams
     streams = streams or default_streams
     with ProgressDisplay("eval", enabled=not quiet) as progress:
+        model, dtype = runtime.prepare(model), runtime.autocast_dtype
         result = evaluate(
-            runtime.prepare(model),
-            data,
-            streams,
-            window,
-            runtime.autocast_dtype,
-            progress=progress,
-            tokenizer=tokenizer,
-            count_words=count_words,
+            model, data, streams, window, dtype, progress=progress, tokenizer=tokenizer, count_words=count_words
         )
     return Evaluation(result, what, streams, window, tokenizer)
-
-
-@dataclass(frozen=True)
-class Generation:
-    """Text being sampled by :func:`generate_text`: iterate over it for the bytes of each
-    new token as it is drawn; ``prompt``: the bytes it continues."""
-
-    prompt: bytes
-    pieces: Iterator[bytes]
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self.pieces
-
-    def text(self) -> Iterator[str]:
-        """The prompt, then the new text as it comes, decoded as UTF-8 across token
-        boundaries (what ``sharnn generate`` prints; invalid UTF-8 shown as U+FFFD)."""
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        yield decoder.decode(self.prompt)
-        for piece in self.pieces:
-            yield decoder.decode(piece)
-        yield decoder.decode(b"", final=True)
 
 
 def generate_text(
@@ -203,9 +153,14 @@ def generate_text(
         prompt_file: read the prompt's bytes from this file instead.
 
     Raises:
-        ConfigError: both ``prompt`` and ``prompt_file``; bad sampling or device settings.
+        ConfigError: both ``prompt`` and ``prompt_file``; bad sampling or device settings;
+            an argument of the wrong type (a prompt neither text nor bytes, a count that is
+            not an integer), ``max_tokens`` < 0, a seed outside [-2^63, 2^64).
         DataError: an unreadable ``prompt_file``; CheckpointError, DataError: as :func:`load`.
     """
+    check_path("path", path)
+    _check_generation(prompt, prompt_file, max_tokens, temperature, top_k, top_p, seed)
+    check_runtime(device, fast_path)
     if prompt is not None and prompt_file is not None:
         raise ConfigError("give --prompt or --prompt-file, not both")
     filter_logits(torch.zeros(2), temperature, top_k, top_p)  # refuses bad settings with one line
@@ -228,6 +183,19 @@ def generate_text(
         autocast_dtype=runtime.autocast_dtype,
     )
     return Generation(prompt, (tokenizer.decode_bytes([int(tokens[0])]) for tokens in steps))
+
+
+def _check_generation(prompt, prompt_file, max_tokens, temperature, top_k, top_p, seed) -> None:
+    """The types of :func:`generate_text`'s arguments, and the ranges
+    :func:`sharnn.generation.filter_logits` does not check. Raises :class:`ConfigError`."""
+    if prompt is not None and not isinstance(prompt, (str, bytes)):
+        raise ConfigError(f"prompt must be text (str) or bytes, got {shown(prompt)}")
+    check_path("prompt_file", prompt_file, optional=True)
+    check_count("max_tokens", max_tokens, 0)
+    check_number("temperature", temperature)
+    check_count("top_k", top_k, 0)
+    check_number("top_p", top_p)
+    check_count("seed", seed, -(2**63), 2**64 - 1, optional=True)  # what torch.Generator.manual_seed takes
 
 
 def analyze_tokenization(
@@ -257,8 +225,9 @@ def analyze_tokenization(
 
     Raises:
         CheckpointError: as :func:`load`; a folder that records no training data.
-        ConfigError: no ``out`` for what is not a run folder; a window the attention span
-            cannot take. DataError: a tokenizer with no analysis; as :func:`evaluate_checkpoint`.
+        ConfigError: no ``out`` for what is not a run folder, or one the report cannot be written
+            into (refused first: :func:`sharnn.analysis_report.check_destination`); a window the
+            attention span cannot take. DataError: a tokenizer with no analysis; as :func:`evaluate_checkpoint`.
     """
     from .analysis import analyze, kind
 
@@ -266,9 +235,11 @@ def analyze_tokenization(
     model, config, tokenizer = load(path)
     if config is None:
         raise CheckpointError(f"{path} records no training data (no train_config.yaml): nothing to analyze")
-    kind(tokenizer)  # refuses a tokenizer with no analysis
+    analysis = kind(tokenizer)  # refuses a tokenizer with no analysis
     if out is None and resolve(path) == path.resolve():  # not a run folder: keep the checkpoint as it is
         raise ConfigError(f"{path} is not a run folder: give --out DIR (the default, RUN/analysis, is in a run)")
+    folder = Path(out) if out is not None else path / "analysis"
+    check_destination(folder, split, analysis)
     corpus = _corpus(config, model, tokenizer)
     runtime = Runtime.resolve(device, config.precision, fast_path)
     window = _window(config, bptt)
@@ -286,7 +257,7 @@ def analyze_tokenization(
             progress=progress,
         )
     report.update(checkpoint=str(resolve(path)), data=config.data, split=split)
-    return report, Path(out) if out is not None else path / "analysis"
+    return report, folder
 
 
 def _corpus(config: TrainConfig, model: LanguageModel, tokenizer: Tokenizer) -> Corpus:
@@ -305,34 +276,6 @@ def _window(config: TrainConfig, bptt: int | None) -> int:
     except ConfigError as e:
         raise ConfigError(f"--bptt: {e}") from None
     return window
-
-
-@dataclass(frozen=True)
-class Coding:
-    """What :func:`compress_file` or :func:`decompress_file` did: ``read`` and ``written``
-    (bytes), ``seconds`` from the coding's start to the output's end, the compressed
-    file's ``header``, and whether it ``compressed`` (else it decompressed)."""
-
-    read: int
-    written: int
-    seconds: float
-    header: Header
-    compressed: bool
-
-    def format(self, name: str | Path) -> str:
-        """The line ``sharnn compress`` or ``decompress`` prints for the input ``name``: sizes,
-        bits per byte or the streams checked, and speed in bytes of the original per second."""
-        header, stored = self.header, self.header.storage == "stored"
-        original = self.read if self.compressed else self.written
-        speed = f"{original / self.seconds:,.0f} bytes/s ({self.seconds:.1f} s)"
-        if self.compressed:
-            how = f"stored raw: coding gave {header.coded_bytes:,} bytes" if stored else f"{header.streams} streams"
-            return (
-                f"compressed {name}: {self.read:,} -> {self.written:,} bytes, "
-                f"{8 * self.written / max(self.read, 1):.4f} bits per byte, {how}, {speed}"
-            )
-        checked = "stored raw, its CRC32 checked" if stored else f"CRC32 of {header.streams} streams checked"
-        return f"decompressed {name}: {self.read:,} -> {self.written:,} bytes, {checked}, {speed}"
 
 
 def compress_file(
@@ -367,37 +310,46 @@ def compress_file(
         force: replace ``dest`` if it is a file or a symbolic link (the link, never its target).
         quiet: show no progress on standard error.
 
-    ``dest`` is held for this call alone (:func:`sharnn.files.output_lock`) and written
-    atomically: never half-written.
+    ``dest`` is checked before any work, held for this call alone and written atomically
+    (:func:`sharnn.files.output_destination`). ``source`` holds at most
+    :data:`~sharnn.coding.container.MAX_LENGTH` bytes (2 GiB: the compressor holds it and a
+    grid of it in memory), or is refused by its size, or without an end once that much is read.
 
     Raises:
         ConfigError: neither or both of ``model`` and ``online``; ``settings`` without
-            ``online``; a precision :func:`sharnn.coding.codec.compress` refuses; a ``dest``
-            that exists (without ``force``), is the input or a folder, or whose folder
-            does not exist. DataError: an unreadable ``source``.
+            ``online``; a precision :func:`sharnn.coding.codec.compress` refuses; a
+            ``dest`` :func:`sharnn.files.output_destination` refuses (standard output
+            closed, the input, a file without ``force``, a folder, a device or FIFO).
+        DataError: an unreadable or too large ``source``; standard input closed.
         CheckpointError: as :func:`load`.
     """
     if online == (model is not None):
         raise ConfigError("give --model RUN_OR_CHECKPOINT or --online")
     if settings and not online:
         raise ConfigError(f"key=value settings ({settings[0]}) are for --online only")
-    source, dest = Path(source), Path(dest)
-    with _destination(source, dest, force):
-        data = _read_input(source)
-        target = resolve_device(device)
-        if online:
-            config = online_config(settings)
-            predictor = online_model(config).to(target)
-        else:
-            predictor, config = load_model(model, device=target)[0], None
+    with output_destination(source, dest, force, ConfigError):
+        data = read_input(source, MAX_LENGTH, "the most sharnn compresses")
+        predictor, config = _predictor(model, online, settings, device)
         started = time.perf_counter()
         with ProgressDisplay("compress", enabled=not quiet) as progress:
             blob = encode(
                 data, predictor, streams=streams, threads=threads, online=config, progress=progress, precision=precision
             )
-        _write_output(dest, blob)
+        write_output(dest, blob)
         seconds = time.perf_counter() - started
     return Coding(len(data), len(blob), seconds, read_header(blob, str(dest))[0], compressed=True)
+
+
+def _predictor(
+    model: str | Path | None, online: bool, settings: Sequence[str], device: str
+) -> tuple[LanguageModel, TrainConfig | None]:
+    """What predicts the bytes :func:`compress_file` codes, on ``device``: online, the
+    fixed-seed model of ``settings`` with its config; else the checkpoint ``model``'s, with None."""
+    target = resolve_device(device)
+    if online:
+        config = online_config(settings)
+        return online_model(config).to(target), config
+    return load_model(model, device=target)[0], None
 
 
 def decompress_file(
@@ -413,66 +365,25 @@ def decompress_file(
         force, quiet: as :func:`compress_file`.
 
     Raises:
-        DataError: a file that is not sharnn's, is corrupt, or decodes to other bytes.
+        DataError: a file that is not sharnn's, is corrupt, or decodes to other bytes; one
+            of more than :data:`~sharnn.coding.container.MAX_FILE_BYTES` bytes; as
+            :func:`compress_file` for ``source``.
         CheckpointError: a model-mode file without its model or with another one.
         ConfigError: as :func:`compress_file` for ``dest``; an online file given a model; a
             file coded on CUDA, on a machine without it; a bf16 file coded on a CPU of
             other features (before the model is loaded).
     """
-    source, dest = Path(source), Path(dest)
-    with _destination(source, dest, force):
-        blob = _read_input(source)
+    with output_destination(source, dest, force, ConfigError):
+        blob = read_input(source, MAX_FILE_BYTES, "the most sharnn decompresses")
         header, _ = read_header(blob, str(source))
         stored = header.storage == "stored"  # the input itself: no model needed
         predictor = None if model is None or stored else load_model(model, device=coding_device(header, str(source)))[0]
         started = time.perf_counter()
         with ProgressDisplay("decompress", enabled=not quiet) as progress:
             data = decode(blob, predictor, name=str(source), progress=progress)
-        _write_output(dest, data)
+        write_output(dest, data)
         seconds = time.perf_counter() - started
     return Coding(len(blob), len(data), seconds, header, compressed=False)
-
-
-@contextmanager
-def _destination(source: Path, dest: Path, force: bool) -> Iterator[None]:
-    """Hold ``dest`` for the block alone (:func:`sharnn.files.output_lock`), having refused,
-    before any work, a destination that would overwrite the source, an existing file or a
-    symbolic link (dangling or looping too; without ``force``: with it the link is
-    replaced by the file, its target left as it is), a folder, or one whose folder does
-    not exist."""
-    if str(dest) == "-":
-        yield
-        return
-    with output_lock(dest):
-        if str(source) != "-" and dest.exists() and dest.resolve() == source.resolve():
-            raise ConfigError(f"{dest} is the input file")
-        if not force or dest.is_symlink():
-            check_new(dest, force, ConfigError, f"{dest} exists; give --force to replace it")
-        elif dest.is_dir():
-            raise ConfigError(f"{dest} is a folder")
-        if not dest.absolute().parent.is_dir():
-            raise ConfigError(f"no folder {dest.absolute().parent}")
-        yield
-
-
-def _read_input(source: Path) -> bytes:
-    if str(source) == "-":
-        return sys.stdin.buffer.read()
-    try:
-        return source.read_bytes()
-    except OSError as e:
-        raise DataError(f"cannot read {source}: {e.strerror or e}") from None
-
-
-def _write_output(dest: Path, data: bytes) -> None:
-    """Write ``data`` to standard output (``-``), or to a temporary file of a unique name
-    beside ``dest`` that is renamed over it once complete: never a half-written ``dest``;
-    a symbolic link there is replaced, never written through."""
-    if str(dest) == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    else:
-        write_atomically(dest, data)
 
 
 def train_run(
@@ -507,6 +418,10 @@ def train_run(
     from .training.run_start import resume_config
     from .training.trainer import train
 
+    for name, value in (("preset", preset), ("config_file", config_file), ("out", out), ("resume", resume)):
+        check_path(name, value, optional=True)
+    check_path("init_from", init_from, optional=True)
+    check_overrides(overrides)
     if resume is not None:
         if preset or config_file or out or init_from:
             raise ConfigError(
@@ -558,13 +473,16 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
 
     Raises:
         ConfigError: an unknown preset or an invalid config file or override; overrides
-            given with a folder (they describe a new run). CheckpointError: an invalid
-            checkpoint or exported folder.
+            given with a folder (they describe a new run); a model too large to count (a
+            weight past 2^63 bytes). CheckpointError: an invalid checkpoint or exported
+            folder (its ``training.json`` too: :func:`sharnn.training.checkpoint.check_training_record`).
     """
     from .export import describe
 
     if target is None:
         return "presets: " + ", ".join(preset_names())
+    check_path("target", target)
+    check_overrides(overrides)
     path, scores = Path(target), None
     if overrides and path.is_dir():
         raise ConfigError(f"{target} is a folder: key=value settings go with a preset or a config file")
@@ -575,8 +493,7 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
         text, model_config = to_yaml(config), config.model
         if path.is_dir():
             scores = _checkpoint_scores(path)
-    with torch.device("meta"):
-        model = build_model(model_config)
+    model = _meta_model(model_config)
     lines = [text.rstrip(), ""]
     lines += [f"  {part:<24} {count:>14,}" for part, count in model.parameter_counts().items() if count]
     total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)
@@ -584,6 +501,22 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
         f"parameters: {total:,} trainable ({total / 1e6:.2f}M), {collapsed:,} collapsed ({collapsed / 1e6:.2f}M)"
     )
     return "\n".join(lines + [scores] * bool(scores))
+
+
+def _meta_model(config) -> LanguageModel:
+    """The model ``config`` describes, on the meta device (nothing allocated), to count its
+    parameters. Raises :class:`ConfigError`: a weight too large for torch to size (its
+    bytes past 2^63), which the meta device reports as an overflow."""
+    try:
+        with torch.device("meta"):
+            return build_model(config)
+    except RuntimeError as e:
+        if "overflow" not in str(e):
+            raise
+        sizes = ", ".join(
+            f"model.{name}={shown(getattr(config, name))}" for name in ("vocab_size", "d_model", "boom_dim")
+        )
+        raise ConfigError(f"a model of {sizes} is too large: one of its weights would pass 2^63 bytes") from None
 
 
 def _checkpoint_scores(path: Path) -> str:
@@ -599,12 +532,20 @@ def _checkpoint_scores(path: Path) -> str:
     record = read_info(folder)
     if "step" not in record:
         return f"checkpoint {folder}: no training record"
-    parts = [f"step {record['step']}", f"epoch {float(record['epochs']):.2f}"]
-    if "valid_bpc" in record:
-        parts.append(f"valid {float(record['valid_bpc']):.4f} BPC")
-    elif float(record["best_valid_bpc"]) < float("inf"):
-        parts.append(f"best valid so far {float(record['best_valid_bpc']):.4f} BPC (step {record['best_step']})")
-    summary = read_summary(folder.parent.parent) or {}  # the run holding checkpoints/step-N
-    if summary.get("best_step") == int(record["step"]):
-        parts.append(f"test {summary['test_bpc']:.4f} BPC")
+    summary = read_summary(folder.parent.parent)  # the run holding checkpoints/step-N
+    try:
+        parts = [f"step {int(record['step'])}", f"epoch {float(record['epochs']):.2f}"]
+        if "valid_bpc" in record:
+            parts.append(f"valid {float(record['valid_bpc']):.4f} BPC")
+        elif float(record["best_valid_bpc"]) < float("inf"):
+            parts.append(f"best valid so far {float(record['best_valid_bpc']):.4f} BPC (step {record['best_step']})")
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(
+            f"{folder}: the training record in its model.safetensors is not sharnn's ({shown(e)})"
+        ) from None
+    if isinstance(summary, dict) and summary.get("best_step") == int(record["step"]):
+        test = summary.get("test_bpc")
+        if isinstance(test, bool) or not isinstance(test, (int, float)):
+            raise CheckpointError(f"{folder.parent.parent / 'summary.json'}: test_bpc is not a number")
+        parts.append(f"test {test:.4f} BPC")
     return f"checkpoint {folder}: " + ", ".join(parts)

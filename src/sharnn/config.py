@@ -22,7 +22,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .config_check import omegaconf_message, typed
+from .config_check import omegaconf_message, shown, typed
 from .errors import ConfigError
 from .models.config import SHARNNConfig
 
@@ -123,69 +123,85 @@ class TrainConfig:
         """Check the range of every value of this typed config (:meth:`validate` types it
         first) and how the values fit together, the model's excepted
         (:meth:`sharnn.models.config.SHARNNConfig.check_values`). Raises :class:`ConfigError`."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"{f.name} must be a finite number, got {value}")
-        positive = (
-            "train_streams",
-            "valid_streams",
-            "test_streams",
-            "bptt",
-            "epochs",
-            "log_every_steps",
-            "checkpoint_every_steps",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        non_negative = (
-            "eps",
-            "weight_decay",
-            "min_trust",
-            "clip",
-            "warmup_steps",
-            "max_steps",
-            "max_seconds",
-            "valid_every_steps",
-            "sample_bytes",
-            "valid_max_bytes",
-            "test_max_bytes",
-            "lr_decay_steps",
-            "min_lr",
-        )
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not self.progress_every_seconds > 0:
-            raise ConfigError(f"progress_every_seconds must be > 0, got {self.progress_every_seconds}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.lr_decay_steps and self.lr_decay_steps <= self.warmup_steps:
-            raise ConfigError(
-                f"lr_decay_steps ({self.lr_decay_steps}) must be more than warmup_steps ({self.warmup_steps}), or 0"
-            )
-        if self.min_lr > self.lr:
-            raise ConfigError(f"min_lr ({self.min_lr}) must be at most lr ({self.lr})")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ConfigError(f"betas must be two values in [0, 1), got {list(self.betas)}")
-        if any(e < 1 for e in self.lr_halve_epochs):
-            raise ConfigError(f"lr_halve_epochs are 1-based epoch numbers, got {list(self.lr_halve_epochs)}")
-        for name in ("valid_fraction", "test_fraction"):
-            if not 0 < getattr(self, name) < 0.5:
-                raise ConfigError(f"{name} must be in (0, 0.5), got {getattr(self, name)}")
-        if not 0 <= self.seed < 2**64:
-            raise ConfigError(f"seed must be in [0, 2^64), got {self.seed}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.fast_path not in FAST_PATH:
-            raise ConfigError(f"fast_path must be one of {', '.join(FAST_PATH)}, got {self.fast_path!r}")
+        self._check_ranges()
+        self._check_optimizer()
+        self._check_data_and_runtime()
         try:
             self.model.check_window(self.bptt)
         except ConfigError as e:
             raise ConfigError(f"bptt: {e}") from None
+
+    def _check_ranges(self) -> None:
+        """Every number finite, and within its range (:data:`POSITIVE`, :data:`NON_NEGATIVE`)."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{f.name} must be a finite number, got {shown(value)}")
+        for name in POSITIVE:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {shown(getattr(self, name))}")
+        for name in NON_NEGATIVE:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {shown(getattr(self, name))}")
+        if not self.progress_every_seconds > 0:
+            raise ConfigError(f"progress_every_seconds must be > 0, got {shown(self.progress_every_seconds)}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {shown(self.lr)}")
+
+    def _check_optimizer(self) -> None:
+        """The optimizer, its betas and its learning-rate schedule."""
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {shown(self.optimizer)}")
+        if self.lr_decay_steps and self.lr_decay_steps <= self.warmup_steps:
+            raise ConfigError(
+                f"lr_decay_steps ({shown(self.lr_decay_steps)}) must be more than warmup_steps "
+                f"({shown(self.warmup_steps)}), or 0"
+            )
+        if self.min_lr > self.lr:
+            raise ConfigError(f"min_lr ({shown(self.min_lr)}) must be at most lr ({shown(self.lr)})")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"betas must be two values in [0, 1), got {shown(list(self.betas))}")
+        if any(e < 1 for e in self.lr_halve_epochs):
+            raise ConfigError(f"lr_halve_epochs are 1-based epoch numbers, got {shown(list(self.lr_halve_epochs))}")
+
+    def _check_data_and_runtime(self) -> None:
+        """The split fractions, the seed, the precision and the fast path."""
+        for name in ("valid_fraction", "test_fraction"):
+            if not 0 < getattr(self, name) < 0.5:
+                raise ConfigError(f"{name} must be in (0, 0.5), got {shown(getattr(self, name))}")
+        if not 0 <= self.seed < 2**64:
+            raise ConfigError(f"seed must be in [0, 2^64), got {shown(self.seed)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {shown(self.precision)}")
+        if self.fast_path not in FAST_PATH:
+            raise ConfigError(f"fast_path must be one of {', '.join(FAST_PATH)}, got {shown(self.fast_path)}")
+
+
+# The settings that must be >= 1, and those that must be >= 0 (TrainConfig._check_ranges).
+POSITIVE = (
+    "train_streams",
+    "valid_streams",
+    "test_streams",
+    "bptt",
+    "epochs",
+    "log_every_steps",
+    "checkpoint_every_steps",
+)
+NON_NEGATIVE = (
+    "eps",
+    "weight_decay",
+    "min_trust",
+    "clip",
+    "warmup_steps",
+    "max_steps",
+    "max_seconds",
+    "valid_every_steps",
+    "sample_bytes",
+    "valid_max_bytes",
+    "test_max_bytes",
+    "lr_decay_steps",
+    "min_lr",
+)
 
 
 def preset_names() -> list[str]:
@@ -218,11 +234,7 @@ def load_config(
             merged = OmegaConf.merge(merged, _check_shapes(mapping))
         if model is not None:
             merged.model = OmegaConf.structured(model)
-        for item in overrides:
-            if "=" not in item:
-                raise ConfigError(f"override {item!r} must look like key=value")
-        dotlist = OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)))
-        merged = OmegaConf.merge(merged, _check_shapes(dotlist))
+        merged = OmegaConf.merge(merged, _check_shapes(_read_overrides(overrides)))
         _spell_fast_path(merged)
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
@@ -236,37 +248,96 @@ def to_yaml(config: TrainConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(config))
 
 
+PATH_SHOWN = 200  # a path is quoted whole up to this length (a value: config_check.SHOWN)
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few kilobytes: refuse what is not one
+MAX_DEPTH = 32  # a config nests two levels (model, lists): refuse a YAML bomb's depth
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """YAML that :class:`_ConfigLoader` refuses to read: an alias, or too deep."""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing aliases (``*name``; ``<<: *name`` too), whose
+    expansion is exponential in the file's size (the "billion laughs"), and nesting past
+    :data:`MAX_DEPTH` (the composer recurses once per level)."""
+
+    depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise _Refused(
+                problem="YAML aliases (*name) are not allowed in a config: write the value out",
+                problem_mark=self.peek_event().start_mark,
+            )
+        if self.depth >= MAX_DEPTH:
+            raise _Refused(
+                problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=self.peek_event().start_mark
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
 def _read_mapping(source: str | Path) -> dict:
     """The mapping in a preset, a YAML file, or a folder's ``config.yaml``. Raises
     :class:`ConfigError` for an unknown or unreadable source, or invalid YAML (with its
-    line and column)."""
-    name = str(source)
+    line and column); a file over :data:`MAX_CONFIG_BYTES`, YAML aliases or nesting
+    past :data:`MAX_DEPTH`; a run's or checkpoint's ``config.yaml`` that is empty."""
+    name, whole = str(source), False
     if name in preset_names():
         text = resources.files("sharnn").joinpath("presets", f"{name}.yaml").read_text()
     else:
         path = Path(source)
         if path.is_dir() and (path / "config.yaml").is_file():
-            path = path / "config.yaml"
+            path, whole = path / "config.yaml", True
         if path.is_dir():
             raise ConfigError(
                 f"{name} is a folder without config.yaml; give a preset, a YAML file, or a run or checkpoint folder"
             )
         if not path.is_file():
-            raise ConfigError(f"unknown preset or config file {name!r} (presets: {', '.join(preset_names())})")
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"cannot read {path}: {e}") from None
+            raise ConfigError(
+                f"unknown preset or config file {shown(name, PATH_SHOWN)} (presets: {', '.join(preset_names())})"
+            )
+        whole = whole or _written_by_sharnn(path)
+        text = _read_text(path)
     try:
-        loaded = yaml.safe_load(text) or {}
+        loaded = yaml.load(text, Loader=_ConfigLoader)
     except yaml.YAMLError as e:
         mark = e.problem_mark if isinstance(e, yaml.MarkedYAMLError) and e.problem else None
         where = f"{name}, line {mark.line + 1}, column {mark.column + 1}" if mark else name
+        if isinstance(e, _Refused):
+            raise ConfigError(f"{where}: {e.problem}") from None
         problem = e.problem if mark else str(e).splitlines()[0]
         raise ConfigError(f"{where}: not valid YAML ({problem})") from None
+    except ValueError as e:  # an integer past sys.get_int_max_str_digits()
+        raise ConfigError(f"{name}: not valid YAML ({str(e).split(':')[0]})") from None
+    if whole and not loaded:
+        raise ConfigError(f"{path} is empty: a run's or checkpoint's {path.name} holds its whole configuration")
+    loaded = {} if loaded is None else loaded
     if not isinstance(loaded, dict):
         raise ConfigError(f"{name}: a config file must be a mapping of keys to values")
     return loaded
+
+
+def _written_by_sharnn(path: Path) -> bool:
+    """Whether ``path`` is the configuration of a checkpoint or an exported folder (beside
+    its ``model.safetensors``), which holds the whole configuration, never nothing."""
+    return path.name in ("config.yaml", "train_config.yaml") and (path.parent / "model.safetensors").is_file()
+
+
+def _read_text(path: Path) -> str:
+    """The text of the config file ``path``, refused past :data:`MAX_CONFIG_BYTES`."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path} is over {MAX_CONFIG_BYTES >> 20} MB: a config file is a few kilobytes of YAML")
+        return data.decode()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
 
 
 # The fields that hold a mapping or a list, and what they must look like: OmegaConf's own
@@ -284,8 +355,34 @@ def _check_shapes(mapping: dict) -> dict:
     for key, (kind, expected) in _SHAPES.items():
         value = mapping.get(key, kind())
         if not isinstance(value, kind):
-            raise ConfigError(f"{key} must be {expected}, got {'null' if value is None else repr(value)}")
+            raise ConfigError(f"{key} must be {expected}, got {'null' if value is None else shown(value)}")
     return mapping
+
+
+def _read_overrides(overrides: list[str] | tuple[str, ...]) -> dict:
+    """The ``key=value`` ``overrides`` as a nested mapping, each value read as YAML by
+    OmegaConf (whose loader bounds the expansion of aliases). Raises :class:`ConfigError`:
+    an override without ``=``, or whose value is not YAML OmegaConf reads."""
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            raise ConfigError(f"override {shown(item)} must look like key=value")
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)))
+    except OmegaConfBaseException:
+        raise
+    except (yaml.YAMLError, ValueError, RecursionError) as e:
+        bad, error = " ".join(overrides), e
+        for item in overrides:  # which one
+            try:
+                OmegaConf.from_dotlist([item])
+            except OmegaConfBaseException:
+                continue
+            except (yaml.YAMLError, ValueError, RecursionError) as e_item:
+                bad, error = item, e_item
+                break
+        problem = getattr(error, "problem", None) or (str(error).splitlines() or [type(error).__name__])[0]
+        problem = problem.split(": ")[0].split(". ")[0][:120]
+        raise ConfigError(f"override {shown(bad)}: not a value sharnn can read ({problem})") from None
 
 
 def _spell_fast_path(merged: DictConfig) -> None:

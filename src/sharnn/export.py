@@ -35,7 +35,7 @@ from .training import checkpoint
 from .training.metrics import plot_bpc, read_records
 from .training.run_folder import read_summary
 
-TRAINING_FILE, CURVE_FILE = "training.json", "bpc.png"
+TRAINING_FILE, CURVE_FILE = checkpoint.TRAINING_FILE, "bpc.png"
 
 # What the card says about the data a model learned from, and the licence its weights
 # inherit (src/sharnn/corpora/README.md for the bundled head).
@@ -83,7 +83,9 @@ def export(source: str | Path, out: str | Path, collapse: bool = False, force: b
         CheckpointError: no checkpoint at ``source``, an already exported one, a
             checkpoint without a training record, or ``out`` exists or (without
             ``force``) is a symbolic link, dangling or not (left untouched; with
-            ``force`` the link is replaced by the folder, its target left as it is).
+            ``force`` the link is replaced by the folder, its target left as it is), or
+            is inside the run folder or checkpoint exported, or is one of them (its
+            ``latest`` or ``best`` link say, which a resume needs): refused before any work.
         LockError: another process is writing ``out``.
         OSError: the file system refused; nothing is left behind.
     """
@@ -97,9 +99,10 @@ def _export(source: str | Path, out: Path, collapse: bool, force: bool) -> Path:
     folder = checkpoint.resolve(source)
     if checkpoint.is_pretrained(folder):
         raise CheckpointError(f"{folder} is an exported model already: export takes a run or a checkpoint")
+    run = folder.parent.parent if folder.parent.name == "checkpoints" else None  # checkpoints/step-N of a run
+    _check_outside(out, [Path(source), folder, *([run] if run else [])])
     check_new(out, force, CheckpointError, f"{out} exists: export writes a new folder")
     model, config = checkpoint.load_model(folder)
-    run = folder.parent.parent if folder.parent.name == "checkpoints" else None  # checkpoints/step-N of a run
     records = read_records(run) if run else []
     record = training_record(folder, model, records, read_summary(run) if run else None)
     if collapse:
@@ -117,6 +120,18 @@ def _export(source: str | Path, out: Path, collapse: bool, force: bool) -> Path:
                 os.fsync(f.fileno())
         publish(staging, out)
     return out
+
+
+def _check_outside(out: Path, sources: list[Path]) -> None:
+    """Refuse an ``out`` that is one of the folders ``sources`` (the run and checkpoint
+    exported) or lies inside one: where ``out`` itself is (its folder's symbolic links
+    resolved, not ``out``, which may be a link such as the run's ``latest``)."""
+    where = Path(os.path.realpath(out.absolute().parent)) / out.name
+    for source in sources:
+        inside = Path(os.path.realpath(source))
+        if where == inside or inside in where.parents:
+            what = "is" if where == inside else "is inside"
+            raise CheckpointError(f"{out} {what} {source}, which export reads: give --out a folder outside it")
 
 
 def training_record(folder: Path, model: SHARNN, records: list[dict], summary: dict | None) -> dict:
@@ -264,13 +279,9 @@ def describe(folder: Path) -> tuple[str, SHARNNConfig, str]:
         text = to_yaml(checkpoint.read_config(folder))
     else:
         text = OmegaConf.to_yaml({"model": OmegaConf.structured(model_config)})
-    file = folder / TRAINING_FILE
-    if not file.is_file():
+    record = checkpoint.check_training_record(folder)
+    if record is None:
         return text, model_config, f"{folder}: no training record (saved with save_pretrained)"
-    try:
-        record = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{file} is unreadable or not JSON ({e})") from None
     parts = [f"step {record['step']}", f"epoch {record['epochs']:.2f}"]
     if "valid_bpc" in record:
         parts.append(f"valid {record['valid_bpc']:.4f} BPC")

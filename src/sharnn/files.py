@@ -10,6 +10,10 @@ process made is ever deleted:
   held by the one process that writes a run folder or an output; the kernel drops it
   when the process ends, however it ends (``kill -9`` too), so a dead writer never
   blocks the next one.
+- :func:`output_destination`, :func:`read_input` and :func:`write_output`: a command's
+  one input file and one output file (``-``: standard input or output), checked before
+  any work: an output that would overwrite the input, a folder or a device, an input
+  larger than the command takes, a closed standard stream.
 - :func:`sigterm_raises`: SIGTERM raises :class:`Terminated`, as Ctrl-C raises
   ``KeyboardInterrupt``, so that the clean-ups of a command run.
 """
@@ -17,6 +21,7 @@ process made is ever deleted:
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shlex
 import signal
@@ -30,7 +35,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .errors import SharnnError
+from .errors import ConfigError, DataError, SharnnError
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once, at import: os.umask can only be read by setting it
@@ -117,6 +122,126 @@ def check_new(path: Path, force: bool, error: type[SharnnError], exists: str) ->
             )
     elif path.exists():
         raise error(exists)
+
+
+@contextmanager
+def output_destination(source: str | Path, dest: str | Path, force: bool, error: type[SharnnError]) -> Iterator[None]:
+    """Hold the output file ``dest`` for the block alone (:func:`output_lock`), having
+    refused, before any work (``error(message)``, one line), a destination that:
+
+    - is ``-`` (standard output) while standard output is closed;
+    - is the input ``source`` (``-``: standard input, never refused here);
+    - is a device, a FIFO or a socket (never replaced, even with ``force``: ``-`` writes
+      to standard output);
+    - exists, or is a symbolic link (dangling or looping too), without ``force``: with it
+      a file is replaced, and a link by the file, its target left as it is
+      (:func:`check_new`);
+    - is a folder, or whose folder does not exist.
+
+    Raises:
+        error: as above.
+        LockError: another process is writing ``dest``.
+    """
+    source, dest = Path(source), Path(dest)
+    if str(dest) == "-":
+        if sys.stdout is None:
+            raise error("standard output is closed: give a file to write to instead of -")
+        yield
+        return
+    with output_lock(dest):
+        if str(source) != "-" and dest.exists() and dest.resolve() == source.resolve():
+            raise error(f"{dest} is the input file")
+        _check_not_special(dest, error)
+        if not force or dest.is_symlink():
+            check_new(dest, force, error, f"{dest} exists; give --force to replace it")
+        elif dest.is_dir():
+            raise error(f"{dest} is a folder")
+        if not dest.absolute().parent.is_dir():
+            raise error(f"no folder {dest.absolute().parent}")
+        yield
+
+
+_SPECIAL = (
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+)
+
+
+def _check_not_special(dest: Path, error: type[SharnnError]) -> None:
+    """Refuse ``dest`` if it is a device, a FIFO or a socket itself (a symbolic link to
+    one is a link, which :func:`write_atomically` replaces, never writes through)."""
+    try:
+        mode = os.lstat(dest).st_mode
+    except OSError:  # nothing there (or nothing this process may look at: the write will say)
+        return
+    for test, kind in _SPECIAL:
+        if test(mode):
+            raise error(f"{dest} is a {kind}, not a file; give - to write to standard output")
+
+
+def read_input(source: str | Path, limit: int, too_large: str = "the most this command reads") -> bytes:
+    """All the bytes of the file ``source`` (``-``: standard input), at most ``limit``:
+    a regular file is refused by its size before it is read; anything else (standard
+    input, a FIFO, a device such as ``/dev/zero``, which has no end) is read in chunks
+    and refused as soon as it has given more than ``limit`` bytes, before it exhausts
+    memory.
+
+    Raises:
+        DataError: standard input is closed; ``source`` cannot be read; more than
+            ``limit`` bytes (``NAME is larger than LIMIT bytes, TOO_LARGE``); not enough
+            memory to hold them.
+    """
+    name = "standard input" if str(source) == "-" else str(source)
+    try:
+        if str(source) == "-":
+            if sys.stdin is None:
+                raise DataError("standard input is closed: give a file to read instead of -")
+            return _read_at_most(sys.stdin.buffer, limit, name, too_large)
+        with open(source, "rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                raise DataError(f"{name} has {info.st_size:,} bytes, more than {limit:,}, {too_large}")
+            return _read_at_most(f, limit, name, too_large)
+    except OSError as e:
+        raise DataError(f"cannot read {name}: {e.strerror or e}") from None
+    except MemoryError:
+        raise DataError(f"{name} does not fit in memory") from None
+
+
+_CHUNK = 1 << 24  # 16 MiB
+
+
+def _read_at_most(stream, limit: int, name: str, too_large: str) -> bytes:
+    """What ``stream`` gives until its end, refused past ``limit`` bytes (see :func:`read_input`)."""
+    buffer = io.BytesIO()
+    while chunk := stream.read(min(_CHUNK, limit + 1 - buffer.tell())):
+        buffer.write(chunk)
+        if buffer.tell() > limit:
+            buffer.close()  # its memory back now, not when the error is dropped
+            raise DataError(f"{name} has more than {limit:,} bytes, {too_large}")
+    return buffer.getvalue()
+
+
+def write_output(dest: str | Path, data: bytes) -> None:
+    """Write ``data`` to standard output (``-``), or to ``dest`` through
+    :func:`write_atomically`: never half-written; a symbolic link there is replaced, never
+    written through. Check ``dest`` with :func:`output_destination` first.
+
+    Raises:
+        ConfigError: standard output is closed; ``dest`` has become a device, a FIFO or a
+            socket since it was checked (it is left as it is).
+        OSError: the file system refused.
+    """
+    if str(dest) == "-":
+        if sys.stdout is None:
+            raise ConfigError("standard output is closed: give a file to write to instead of -")
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        _check_not_special(Path(dest), ConfigError)
+        write_atomically(dest, data)
 
 
 class Lock:

@@ -34,6 +34,18 @@ FORWARD_VERSIONS = (1, 2)
 READABLE_VERSIONS = (*FORWARD_VERSIONS, FORMAT_VERSION)
 
 
+# The largest input compression takes, 2 GiB: the compressor holds the input, a grid of
+# it and the coder's output in memory. Larger inputs are refused before they are read
+# (:func:`sharnn.files.read_input`); a file's ``length`` is not limited by it, so that
+# every file ever written still decodes.
+MAX_LENGTH = 2**31
+
+
+# The largest file decompression reads: a stored input of MAX_LENGTH bytes with room for
+# a header of up to 1 GiB (its stream CRC32s).
+MAX_FILE_BYTES = MAX_LENGTH + 2**30
+
+
 # A byte under constriction's leaky 24-bit categorical has probability <= 1 - 255 / 2**24,
 # so it costs >= 2.2e-5 bits: a payload of P bits codes fewer than 2**16 * P bytes.
 _BYTES_PER_PAYLOAD_BIT = 2**16

@@ -12,6 +12,7 @@ import torch
 
 from ..config import TrainConfig, load_config
 from ..errors import ConfigError
+from ..models.config import SHARNNConfig
 from ..models.sharnn import SHARNN
 from ..training.recipe import build_optimizer, learning_rate, train_step
 
@@ -78,18 +79,33 @@ def online_model(config: TrainConfig) -> SHARNN:
 
 def check_online_size(config: TrainConfig) -> None:
     """Raise :class:`ConfigError` if online mode's model is not an SHA-RNN or has more than
-    :data:`MAX_ONLINE_PARAMETERS` parameters (counted on the meta device: nothing allocated)."""
+    :data:`MAX_ONLINE_PARAMETERS` parameters (counted by :func:`count_parameters`: nothing
+    is built or allocated, however large the sizes)."""
     if config.model.architecture != "sha-rnn":
         raise ConfigError(
             f"online mode trains an SHA-RNN, not model.architecture {config.model.architecture}; "
             "compress with a trained model (--model) instead"
         )
-    with torch.device("meta"):
-        parameters = SHARNN(config.model).num_parameters()
+    parameters = count_parameters(config.model)
     if parameters > MAX_ONLINE_PARAMETERS:
         raise ConfigError(
             f"online mode's model would have {parameters:,} parameters; at most {MAX_ONLINE_PARAMETERS:,} are allowed"
         )
+
+
+def count_parameters(model: SHARNNConfig) -> int:
+    """:meth:`SHARNN.num_parameters` of an SHA-RNN of the (valid) config ``model``, counted
+    from its sizes with Python's integers: no model is built, so sizes too large for torch
+    to count (or to build in reasonable time) give their count all the same."""
+    d, f, v = model.d_model, model.boom_dim, model.vocab_size
+    lstm = 8 * d * d + 8 * d  # W_ih and W_hh [4d, d], two biases [4d]
+    if model.cell == "ln_lstm":  # W_ih, W_hh, one bias [4d], LN_ih and LN_hh [4d], LN_cell [d]
+        lstm = 8 * d * d + 4 * d + 2 * 8 * d + 2 * d
+    feed_forward = 2 * 2 * d + d * f + f + (f * d + d if model.feed_forward == "mlp" else 0)  # LN_ff, LN_xff
+    gate = d if model.collapsed else d + (2 * d * d + 2 * d if model.value_gate == "overparam" else 0)
+    attention = 2 * 2 * d + d * d + d + 2 * d + 2 * d + gate  # LN_mid, LN_mem, query, LN_query, gate_q and gate_k
+    block = 2 * d + lstm + feed_forward  # LN_start
+    return v * d + v + model.n_layers * block + len(model.attention_blocks()) * attention
 
 
 def online_settings(config: TrainConfig) -> dict:

@@ -9,7 +9,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..config_check import typed
+from ..config_check import shown, typed
 from ..errors import ConfigError
 
 
@@ -78,7 +78,7 @@ class SHARNNConfig:
         not a setting, or a value of the wrong type or out of range."""
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
-            raise ConfigError(f"unknown model setting {unknown[0]!r}")
+            raise ConfigError(f"unknown model setting {shown(unknown[0])}")
         config = cls(**fields)
         config.validate()
         return config
@@ -105,20 +105,22 @@ class SHARNNConfig:
     def check_values(self) -> None:
         """Check the range of every value of this typed config (:meth:`validate` types
         it first) and how the values fit together. Raises :class:`ConfigError`."""
-        for name in ("vocab_size", "d_model", "n_layers", "boom_dim", "attention_span"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("vocab_size", "d_model", "n_layers", "boom_dim", "attention_span", "n_heads"):
+            if getattr(self, name) < 1:  # n_heads too, though the SHA-RNN ignores it
+                raise ConfigError(f"model.{name} must be >= 1, got {shown(getattr(self, name))}")
         if self.boom_dim % self.d_model:
-            raise ConfigError(f"model.boom_dim ({self.boom_dim}) must be a multiple of model.d_model ({self.d_model})")
+            raise ConfigError(
+                f"model.boom_dim ({shown(self.boom_dim)}) must be a multiple of model.d_model ({shown(self.d_model)})"
+            )
         for name in ("dropouti", "dropouth", "dropouto"):
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
-                raise ConfigError(f"model.{name} must be in [0, 1), got {p}")
+                raise ConfigError(f"model.{name} must be in [0, 1), got {shown(p)}")
         if not 0 < self.layer_norm_eps < math.inf:
-            raise ConfigError(f"model.layer_norm_eps must be > 0 and finite, got {self.layer_norm_eps}")
+            raise ConfigError(f"model.layer_norm_eps must be > 0 and finite, got {shown(self.layer_norm_eps)}")
         for name, choices in VARIANTS.items():
             if getattr(self, name) not in choices:
-                raise ConfigError(f"model.{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+                raise ConfigError(f"model.{name} must be one of {', '.join(choices)}, got {shown(getattr(self, name))}")
         self.attention_blocks()  # raises on a bad placement
         if self.architecture == "transformer":
             self._check_transformer()
@@ -127,7 +129,9 @@ class SHARNNConfig:
         """The Transformer's constraints: heads that divide the width, and none of the
         SHA-RNN's own settings changed from their defaults (they would silently do nothing)."""
         if self.n_heads < 1 or self.d_model % self.n_heads:
-            raise ConfigError(f"model.n_heads ({self.n_heads}) must be >= 1 and divide model.d_model ({self.d_model})")
+            raise ConfigError(
+                f"model.n_heads ({shown(self.n_heads)}) must be >= 1 and divide model.d_model ({shown(self.d_model)})"
+            )
         for name in ("attention", "cell", "value_gate", "feed_forward", "collapsed"):
             if getattr(self, name) != SHARNN_ONLY_DEFAULTS[name]:
                 raise ConfigError(f"model.{name} is a setting of the SHA-RNN; the Transformer has no use for it")
@@ -141,13 +145,14 @@ class SHARNNConfig:
             if placement in words:
                 return words[placement]
             raise ConfigError(
-                f"model.attention must be 'none', 'single', 'all' or a list of block indices, got {placement!r}"
+                f"model.attention must be 'none', 'single', 'all' or a list of block indices, got {shown(placement)}"
             )
         blocks = sorted(set(placement))
         bad = [i for i in blocks if not 0 <= i < self.n_layers]
         if bad:
             raise ConfigError(
-                f"model.attention index {bad[0]} is out of range for {self.n_layers} layers (0..{self.n_layers - 1})"
+                f"model.attention index {shown(bad[0])} is out of range for {shown(self.n_layers)} layers "
+                f"(0..{shown(self.n_layers - 1)})"
             )
         return blocks
 
@@ -157,7 +162,7 @@ class SHARNNConfig:
         Without attention any length is fine. Raises :class:`ConfigError`."""
         if (self.architecture == "transformer" or self.attention_blocks()) and length > self.attention_span:
             raise ConfigError(
-                f"windows of {length} tokens exceed model.attention_span ({self.attention_span}), "
+                f"windows of {shown(length)} tokens exceed model.attention_span ({shown(self.attention_span)}), "
                 "the positions one window may attend to"
             )
 

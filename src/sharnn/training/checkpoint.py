@@ -47,6 +47,7 @@ docs/sharing.md): ``config.json`` and ``model.safetensors``, and from an export
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import re
@@ -60,6 +61,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from ..config import TrainConfig, load_config, to_yaml
+from ..config_check import shown
 from ..data.tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
 from ..errors import CheckpointError, ConfigError, RunError
 from ..files import staging_folder, write_atomically
@@ -261,7 +263,50 @@ def _load_config(file: Path, model: SHARNNConfig | None = None) -> TrainConfig:
     try:
         return load_config(file, model=model)
     except ConfigError as e:
-        raise CheckpointError(f"{file}: {e}") from None
+        message = str(e)  # an empty file's message names it already
+        raise CheckpointError(message if message.startswith(f"{file} ") else f"{file}: {message}") from None
+
+
+TRAINING_FILE = "training.json"  # an exported folder's record of its run (sharnn.export.training_record)
+# The numbers training.json holds: whether each is required, and its kinds (the other keys are optional).
+_RECORD_NUMBERS = {"step": (True, int), "epochs": (True, (int, float)), "valid_bpc": (False, (int, float))}
+_RECORD_NUMBERS["test_bpc"] = _RECORD_NUMBERS["valid_bpc"]
+MAX_RECORD_BYTES = 1 << 20
+
+
+def check_training_record(folder: str | Path) -> dict | None:
+    """The ``training.json`` of an exported folder (None where there is none), having
+    refused one that is not what ``sharnn export`` writes: over :data:`MAX_RECORD_BYTES`,
+    not JSON, not an object, or without its ``step`` (an integer) and ``epochs`` (a
+    number); ``valid_bpc`` and ``test_bpc``, where present, numbers.
+
+    Raises:
+        CheckpointError: naming the file and what is wrong with it.
+    """
+    file = Path(folder) / TRAINING_FILE
+    if not file.is_file():
+        return None
+    try:
+        with open(file, "rb") as f:
+            data = f.read(MAX_RECORD_BYTES + 1)
+        if len(data) > MAX_RECORD_BYTES:
+            raise CheckpointError(f"{file} is over {MAX_RECORD_BYTES >> 20} MB: not the record sharnn export writes")
+        record = json.loads(data)
+    except (OSError, ValueError, RecursionError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0][:120]
+        raise CheckpointError(f"{file} is unreadable or not JSON ({reason})") from None
+    if not isinstance(record, dict):
+        raise CheckpointError(f"{file} holds a JSON {type(record).__name__}, not the object sharnn export writes")
+    for key, (required, kinds) in _RECORD_NUMBERS.items():
+        if key not in record and not required:
+            continue
+        if key not in record:
+            raise CheckpointError(f"{file} has no {key!r}: it is not the record sharnn export writes")
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            expected = "an integer" if kinds is int else "a number"
+            raise CheckpointError(f"{file}: {key} must be {expected}, got {shown(value)}")
+    return record
 
 
 def read_tokenizer(path: str | Path, vocab_size: int | None = None) -> Tokenizer:

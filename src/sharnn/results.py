@@ -1,0 +1,107 @@
+"""What the API's functions return (:mod:`sharnn.api`), and the lines the commands print
+for them: a loaded checkpoint (:class:`Loaded`), a score (:class:`Evaluation`), text being
+sampled (:class:`Generation`), a file coded (:class:`Coding`).
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from .coding.container import Header
+from .config import TrainConfig
+from .data.tokenizer import Tokenizer
+from .evaluation import EvalResult
+from .models.build import LanguageModel
+
+
+class Loaded(NamedTuple):
+    """A loaded checkpoint: ``model`` (in eval mode, on the eager path), ``config`` (the
+    run's TrainConfig; None for a plain ``save_pretrained`` folder, which records no
+    training) and ``tokenizer`` (bytes unless the folder has a ``tokenizer.json``)."""
+
+    model: LanguageModel
+    config: TrainConfig | None
+    tokenizer: Tokenizer
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What :func:`evaluate_checkpoint` scored: ``result`` (bits per byte, nats per token,
+    perplexities), ``data`` (the file, or ``DATA (SPLIT)``), the ``streams`` and the
+    ``window`` length (tokens) it used, and the model's ``tokenizer``."""
+
+    result: EvalResult
+    data: str
+    streams: int
+    window: int
+    tokenizer: Tokenizer
+
+    def format(self) -> str:
+        """The lines ``sharnn eval`` prints: what was predicted, then bits per byte, nats per
+        byte or bits per token, perplexity, and word perplexity where words are counted."""
+        result, tokenizer = self.result, self.tokenizer
+        unit = "bytes" if tokenizer.is_bytes else f"tokens ({tokenizer.name}: {result.bytes:,} bytes)"
+        lines = [
+            f"{self.data}: {result.tokens:,} {unit} predicted, {self.streams} streams, windows of {self.window}",
+            f"bits per byte: {result.bpc:.4f}",
+        ]
+        if tokenizer.is_bytes:
+            lines += [f"nats per byte: {result.nats:.4f}", f"perplexity:    {result.perplexity:.4f}"]
+        else:
+            lines += [f"bits per token: {result.bits_per_token:.4f}", f"perplexity per token: {result.perplexity:.2f}"]
+        if result.word_perplexity is not None:
+            lines.append(f"word perplexity ({result.words:,} words + <eos>): {result.word_perplexity:.2f}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Text being sampled by :func:`generate_text`: iterate over it for the bytes of each
+    new token as it is drawn; ``prompt``: the bytes it continues."""
+
+    prompt: bytes
+    pieces: Iterator[bytes]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.pieces
+
+    def text(self) -> Iterator[str]:
+        """The prompt, then the new text as it comes, decoded as UTF-8 across token
+        boundaries (what ``sharnn generate`` prints; invalid UTF-8 shown as U+FFFD)."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        yield decoder.decode(self.prompt)
+        for piece in self.pieces:
+            yield decoder.decode(piece)
+        yield decoder.decode(b"", final=True)
+
+
+@dataclass(frozen=True)
+class Coding:
+    """What :func:`compress_file` or :func:`decompress_file` did: ``read`` and ``written``
+    (bytes), ``seconds`` from the coding's start to the output's end, the compressed
+    file's ``header``, and whether it ``compressed`` (else it decompressed)."""
+
+    read: int
+    written: int
+    seconds: float
+    header: Header
+    compressed: bool
+
+    def format(self, name: str | Path) -> str:
+        """The line ``sharnn compress`` or ``decompress`` prints for the input ``name``: sizes,
+        bits per byte or the streams checked, and speed in bytes of the original per second."""
+        header, stored = self.header, self.header.storage == "stored"
+        original = self.read if self.compressed else self.written
+        speed = f"{original / self.seconds:,.0f} bytes/s ({self.seconds:.1f} s)"
+        if self.compressed:
+            how = f"stored raw: coding gave {header.coded_bytes:,} bytes" if stored else f"{header.streams} streams"
+            return (
+                f"compressed {name}: {self.read:,} -> {self.written:,} bytes, "
+                f"{8 * self.written / max(self.read, 1):.4f} bits per byte, {how}, {speed}"
+            )
+        checked = "stored raw, its CRC32 checked" if stored else f"CRC32 of {header.streams} streams checked"
+        return f"decompressed {name}: {self.read:,} -> {self.written:,} bytes, {checked}, {speed}"
