@@ -103,6 +103,7 @@ def _with_closed(fd: str, *args, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # real processes
 @pytest.mark.parametrize(
     "command, fd, line",
     [

@@ -140,10 +140,14 @@ class SHARNNConfig:
         """Indices of the blocks that carry an attention head (``attention`` typed: a word or a
         list of integers). Raises :class:`ConfigError`: an unknown word, an index out of range."""
         placement = self.attention
-        words = {"none": [], "single": [max(self.n_layers - 2, 0)], "all": list(range(self.n_layers))}
+        words = {
+            "none": lambda: [],
+            "single": lambda: [max(self.n_layers - 2, 0)],
+            "all": lambda: list(range(self.n_layers)),
+        }
         if isinstance(placement, str):
-            if placement in words:
-                return words[placement]
+            if placement in words:  # built for the word given alone: "all" of a huge n_layers is refused later
+                return words[placement]()
             raise ConfigError(
                 f"model.attention must be 'none', 'single', 'all' or a list of block indices, got {shown(placement)}"
             )
