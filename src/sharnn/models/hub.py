@@ -184,8 +184,9 @@ class HubModel(PyTorchModelHubMixin):
     """``save_pretrained`` and ``from_pretrained`` in the Hub layout above, for both
     architectures: a model class derives from ``nn.Module`` and this mixin (with the
     mixin's class keywords: ``library_name``, ``tags``, ...), holds its
-    :class:`SHARNNConfig` as ``self.config``, is built by ``cls(config)``, and says what its
-    model card shows in :meth:`model_card_fields`."""
+    :class:`SHARNNConfig` as ``self.config``, is built by ``cls(config)``, and defines
+    ``model_card_fields() -> dict``: what its model card says of the model itself (config,
+    attention blocks, parameter counts, paper)."""
 
     def _save_pretrained(self, save_directory: Path) -> None:
         """The mixin's hook: write ``config.json`` (this model's config, so a collapsed
@@ -222,12 +223,7 @@ class HubModel(PyTorchModelHubMixin):
         return model.to(map_location).eval()
 
     def generate_model_card(self, *args, **kwargs) -> ModelCard:
-        """The ``README.md`` that ``save_pretrained`` writes: :meth:`model_card_fields` of this
+        """The ``README.md`` that ``save_pretrained`` writes: ``model_card_fields()`` of this
         model; ``kwargs`` add the rest (``sharnn export`` adds the training record, the data
         and its licence; see :func:`model_card`)."""
         return model_card(self._hub_mixin_info.model_card_data, **(self.model_card_fields() | kwargs))
-
-    def model_card_fields(self) -> dict:
-        """What the model card says of the model itself: config, attention blocks,
-        parameter counts, paper; each architecture defines it."""
-        raise NotImplementedError

@@ -179,6 +179,13 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0) -> T
 ATTENTION_FUNCTIONS = {"eager": eager_attention, "sdpa": sdpa_attention}
 
 
+def check_attn_implementation(name: str) -> None:
+    """Raise ``ValueError`` unless ``name`` is one of :data:`ATTENTION_FUNCTIONS` (both
+    architectures' ``set_attn_implementation``)."""
+    if name not in ATTENTION_FUNCTIONS:
+        raise ValueError(f"attention implementation must be one of {', '.join(ATTENTION_FUNCTIONS)}, got {name!r}")
+
+
 class Attention(nn.Module):
     """The single attention head (paper §3; docs/model.md, "Attention").
 
@@ -448,8 +455,7 @@ class SHARNN(
         Raises:
             ValueError: an unknown ``name``.
         """
-        if name not in ATTENTION_FUNCTIONS:
-            raise ValueError(f"attention implementation must be one of {', '.join(ATTENTION_FUNCTIONS)}, got {name!r}")
+        check_attn_implementation(name)
         for module in self.modules():
             if isinstance(module, Attention):
                 module.attn_implementation = name

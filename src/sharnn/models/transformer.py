@@ -34,7 +34,7 @@ from torch import Tensor
 from ..errors import ConfigError
 from .config import SHARNNConfig
 from .hub import HubModel
-from .sharnn import ATTENTION_FUNCTIONS
+from .sharnn import check_attn_implementation
 
 
 @dataclass
@@ -213,8 +213,7 @@ class Transformer(
         Raises:
             ValueError: an unknown ``name``.
         """
-        if name not in ATTENTION_FUNCTIONS:
-            raise ValueError(f"attention implementation must be one of {', '.join(ATTENTION_FUNCTIONS)}, got {name!r}")
+        check_attn_implementation(name)
         for module in self.modules():
             if isinstance(module, CausalSelfAttention):
                 module.attn_implementation = name
