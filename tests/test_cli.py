@@ -672,3 +672,43 @@ def test_ctrl_c_while_a_command_loads_is_one_line(delay):
     assert stderr in ("", "interrupted\n"), stderr
     if process.returncode == 130:
         assert stderr == "interrupted\n"
+
+
+SIGNAL_IN_A_CONSTRUCTOR = """
+import sys, click, tqdm
+from sharnn.console import Group
+from sharnn.files import Terminated
+
+def stopped(*args, **kwargs):
+    raise {exception}()
+
+tqdm.tqdm._get_free_pos = stopped  # the signal lands while the bar is half built
+
+@click.group(cls=Group)
+def main():
+    pass
+
+@main.command()
+def download():
+    with tqdm.tqdm(total=10):
+        pass
+
+main(["download"])
+"""
+
+
+@pytest.mark.parametrize(
+    ("exception", "status", "line"), [("Terminated", 143, "terminated"), ("KeyboardInterrupt", 130, "interrupted")]
+)
+def test_a_signal_inside_a_constructor_still_ends_in_one_line(exception, status, line):
+    """A signal that lands inside tqdm's constructor leaves a half-built bar whose destructor
+    fails at shutdown; the command still prints its one line and nothing after it (CI
+    caught this once: `'tqdm' object has no attribute 'pos'` after `terminated`)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_IN_A_CONSTRUCTOR.format(exception=exception)],
+        capture_output=True,
+        text=True,
+        env=SUBPROCESS_ENV,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (status, f"{line}\n")

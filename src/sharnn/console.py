@@ -59,13 +59,21 @@ class Group(click.Group):
         except KeyboardInterrupt:
             _interrupted()
         except Terminated:
-            click.echo("terminated", err=True)
-            sys.exit(143)
+            _stopped_by_signal("terminated", 143)
 
 
 def _interrupted():
-    click.echo("interrupted", err=True)
-    sys.exit(130)
+    _stopped_by_signal("interrupted", 130)
+
+
+def _stopped_by_signal(line: str, status: int):
+    """Print ``line`` and exit with ``status``. A signal can land inside a constructor (a
+    tqdm bar's, say); the half-built object's destructor then fails at shutdown, and Python
+    would print that as "Exception ignored in ..." after our line: such reports are
+    silenced, the process being on its way out."""
+    click.echo(line, err=True)
+    sys.unraisablehook = lambda unraisable: None
+    sys.exit(status)
 
 
 def _import_torch() -> None:
