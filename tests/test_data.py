@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import assert_user_error, cli
+from helpers import WIKITEXT2, assert_user_error, cli
 from sharnn.data.corpus import batchify, bptt_windows, get_batch, jittered_bptt, load_corpus
 from sharnn.data.prepare import prepare_corpus, prepare_enwik8
 from sharnn.data.tokenizer import ByteTokenizer
@@ -222,6 +222,18 @@ def test_folder_corpus_concatenates_files_in_sorted_path_order(tmp_path):
     assert_split_by_position(load_corpus(str(tmp_path)), expected)
 
 
+def test_the_bundled_wikipedia_corpora_keep_each_texts_own_held_out_splits():
+    """``wikitext-2-bytes`` is WikiText-2's three files as bytes; ``enwik8-head+wikitext-2``
+    is, split by split, the enwik8 head's then WikiText-2's: nothing of either's valid or
+    test text is in its train split."""
+    head, wikitext, both = (load_corpus(n) for n in ("enwik8-head", "wikitext-2-bytes", "enwik8-head+wikitext-2"))
+    for split in ("train", "valid", "test"):
+        text = gzip.decompress((WIKITEXT2 / f"{split}.txt.gz").read_bytes())
+        assert wikitext.split(split).tobytes() == text
+        assert both.split(split).tobytes() == head.split(split).tobytes() + text
+    assert (len(both.train), len(both.valid), len(both.test)) == (14_535_806, 1_329_384, 1_464_152)
+
+
 def test_missing_corpus_raises_data_error(tmp_path):
     with pytest.raises(DataError):
         load_corpus(str(tmp_path / "nope.txt"))
@@ -233,7 +245,8 @@ def test_missing_corpus_says_what_may_be_given_and_how_to_prepare_enwik8(tmp_pat
     message = str(error.value)
     assert message == (
         f"corpus not found: {str(tmp_path / 'notes.txt')!r} (give a file, a folder of files, a prepared "
-        "corpus folder made by 'sharnn prepare', or a bundled name: enwik8-head)"
+        "corpus folder made by 'sharnn prepare', or a bundled name: enwik8-head, wikitext-2-bytes, "
+        "enwik8-head+wikitext-2)"
     )
     assert "\n" not in message and "sharnn prepare enwik8" not in message
     enwik8 = str(tmp_path / "data" / "enwik8")
@@ -241,8 +254,8 @@ def test_missing_corpus_says_what_may_be_given_and_how_to_prepare_enwik8(tmp_pat
         load_corpus(enwik8)
     assert str(error.value) == (
         f"corpus not found: {enwik8!r} (give a file, a folder of files, a prepared corpus "
-        "folder made by 'sharnn prepare', or a bundled name: enwik8-head; "
-        f"for enwik8 run: sharnn prepare enwik8 --out {enwik8})"
+        "folder made by 'sharnn prepare', or a bundled name: enwik8-head, wikitext-2-bytes, "
+        f"enwik8-head+wikitext-2; for enwik8 run: sharnn prepare enwik8 --out {enwik8})"
     )
 
 

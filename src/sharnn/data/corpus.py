@@ -27,8 +27,12 @@ from torch import Tensor
 from ..errors import DataError
 from .tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 
-BUNDLED_CORPORA = {"enwik8-head": "enwik8-head.gz"}
 SPLITS = ("train", "valid", "test")
+BUNDLED_CORPORA = ("enwik8-head", "wikitext-2-bytes", "enwik8-head+wikitext-2")
+"""The corpora in the package (``src/sharnn/corpora/README.md``): the first 4.15 MB of
+enwik8 split 90/5/5 by position; WikiText-2's own three splits as raw bytes (its ``.txt``
+files: the bytes the tokenization experiment's byte model reads); and both together, each
+split the enwik8 head's then WikiText-2's (the shipped model's training text, docs/pretrained.md)."""
 
 
 def bundled_wikitext2() -> Path:
@@ -77,10 +81,7 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
             like enwik8), cannot be read, or is empty.
     """
     if spec in BUNDLED_CORPORA:
-        resource = resources.files("sharnn") / "corpora" / BUNDLED_CORPORA[spec]
-        with resources.as_file(resource) as path:
-            data = read_bytes(path)
-        return Corpus(*split_by_position(data, valid_fraction, test_fraction), source=spec)
+        return _load_bundled(spec, valid_fraction, test_fraction)
     path = Path(spec)
     if (path / "meta.json").is_file():
         return _load_prepared(path)
@@ -100,6 +101,18 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
     if len(data) == 0:
         raise DataError(f"corpus {spec} is empty")
     return Corpus(*split_by_position(data, valid_fraction, test_fraction), source=str(path))
+
+
+def _load_bundled(name: str, valid_fraction: float, test_fraction: float) -> Corpus:
+    """One of :data:`BUNDLED_CORPORA`; the enwik8 head is split by the given fractions,
+    WikiText-2 keeps its own splits."""
+    splits = []
+    if name != "wikitext-2-bytes":
+        with resources.as_file(resources.files("sharnn") / "corpora" / "enwik8-head.gz") as path:
+            splits.append(split_by_position(read_bytes(path), valid_fraction, test_fraction))
+    if name != "enwik8-head":
+        splits.append([read_bytes(bundled_wikitext2() / f"{split}.txt.gz") for split in SPLITS])
+    return Corpus(*(np.concatenate(parts) for parts in zip(*splits)), source=name)
 
 
 def _load_prepared(path: Path) -> Corpus:
