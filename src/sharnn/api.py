@@ -37,7 +37,8 @@ from .errors import CheckpointError, ConfigError
 from .evaluation import evaluate
 from .files import output_destination, read_input, write_output
 from .generation import filter_logits, generate as sample
-from .models.build import LanguageModel, build_model
+from .models.build import LanguageModel, build_model, model_sha256
+from .models.shipped import DEFAULT_MODEL, shipped_folder, shipped_names
 from .progress import ProgressDisplay
 from .results import Coding, Evaluation, Generation, Loaded
 from .runtime import Runtime, resolve_device
@@ -51,9 +52,11 @@ from .training.checkpoint import (
 )
 
 
-def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
-    """Load a checkpoint folder, a run folder (its ``best`` checkpoint, else ``latest``) or
-    an exported or ``save_pretrained`` folder, with its tokenizer, onto ``device``.
+def load(path: str | Path | None = None, device: str | torch.device = "cpu") -> Loaded:
+    """Load a checkpoint folder, a run folder (its ``best`` checkpoint, else ``latest``), an
+    exported or ``save_pretrained`` folder, or a shipped model by name (None: the default
+    one, :data:`~sharnn.models.shipped.DEFAULT_MODEL`; docs/pretrained.md), with its
+    tokenizer, onto ``device``.
 
     Raises:
         CheckpointError: no checkpoint there, or missing, corrupt or mismatched files.
@@ -61,6 +64,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
         ConfigError: a ``path`` that is no path; an unknown or unavailable ``device``
             (:func:`sharnn.runtime.resolve_device`: ``auto`` too).
     """
+    path = DEFAULT_MODEL if path is None else path
     check_path("path", path)
     if not isinstance(device, (str, torch.device)):
         raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or a torch.device, got {shown(device)}")
@@ -69,7 +73,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
 
 
 def evaluate_checkpoint(
-    path: str | Path,
+    path: str | Path | None = None,
     split: str = "test",
     file: str | Path | None = None,
     streams: int | None = None,
@@ -78,7 +82,7 @@ def evaluate_checkpoint(
     fast_path: str = "auto",
     quiet: bool = False,
 ) -> Evaluation:
-    """Score a checkpoint (anything :func:`load` takes) with the paper's protocol
+    """Score a checkpoint (anything :func:`load` takes; None: the default shipped model) with the paper's protocol
     (docs/evaluation.md), as ``sharnn eval`` does.
 
     Args:
@@ -99,6 +103,7 @@ def evaluate_checkpoint(
         DataError: a missing corpus or file, one too small for ``streams``, or a corpus
             made by another tokenizer than the model's.
     """
+    path = DEFAULT_MODEL if path is None else path
     check_path("path", path)
     check_path("file", file, optional=True)
     check_count("streams", streams, 1, optional=True)
@@ -128,7 +133,7 @@ def evaluate_checkpoint(
 
 
 def generate_text(
-    path: str | Path,
+    path: str | Path | None = None,
     prompt: str | bytes | None = None,
     max_tokens: int = 512,
     temperature: float = 1.0,
@@ -139,7 +144,8 @@ def generate_text(
     fast_path: str = "auto",
     prompt_file: str | Path | None = None,
 ) -> Generation:
-    """Sample one stream from a checkpoint (anything :func:`load` takes), as ``sharnn
+    """Sample one stream from a checkpoint (anything :func:`load` takes; None: the default
+    shipped model), as ``sharnn
     generate`` does; the model is loaded and the settings checked before this returns,
     and each token is drawn as the result is iterated.
 
@@ -158,7 +164,7 @@ def generate_text(
             not an integer), ``max_tokens`` < 0, a seed outside [-2^63, 2^64).
         DataError: an unreadable ``prompt_file``; CheckpointError, DataError: as :func:`load`.
     """
-    check_path("path", path)
+    check_path("path", path, optional=True)
     _check_generation(prompt, prompt_file, max_tokens, temperature, top_k, top_p, seed)
     check_runtime(device, fast_path)
     if prompt is not None and prompt_file is not None:
@@ -296,18 +302,19 @@ def compress_file(
     invertible by :func:`decompress_file` (docs/compression.md), as ``sharnn compress``.
 
     Args:
-        model: the run (its best checkpoint) or checkpoint that predicts the bytes; or
+        model: the run (its best checkpoint), checkpoint or shipped model that predicts
+            the bytes (None: :data:`~sharnn.models.shipped.DEFAULT_MODEL`); or
         online: a fixed-seed model learns from the bytes already coded, with ``settings``
             (``key=value`` overrides of :func:`sharnn.coding.online.online_config`).
         streams: contiguous pieces coded side by side (None: by the input's size,
             :func:`sharnn.coding.codec.default_streams`).
         threads: torch's thread count while coding (recorded; decompression uses it too).
-        device: ``cpu`` or ``cuda[:N]``: a file coded on CUDA decodes only on the same GPU
-            type with the same library versions.
+        device: ``cpu`` or ``cuda[:N]`` (a file coded on CUDA decodes only on the same GPU
+            type with the same library versions).
         precision: ``fp32``, or ``bf16``: the products in bfloat16, on a CPU with bf16
             instructions; the file then decodes only on a CPU with the same features
             (:func:`sharnn.coding.environment.cpu_features`).
-        force: replace ``dest`` if it is a file or a symbolic link (the link, never its target).
+        force: replace ``dest`` if it is a file or a symbolic link (the link, not its target).
         quiet: show no progress on standard error.
 
     ``dest`` is checked before any work, held for this call alone and written atomically
@@ -316,15 +323,14 @@ def compress_file(
     grid of it in memory), or is refused by its size, or without an end once that much is read.
 
     Raises:
-        ConfigError: neither or both of ``model`` and ``online``; ``settings`` without
-            ``online``; a precision :func:`sharnn.coding.codec.compress` refuses; a
-            ``dest`` :func:`sharnn.files.output_destination` refuses (standard output
-            closed, the input, a file without ``force``, a folder, a device or FIFO).
-        DataError: an unreadable or too large ``source``; standard input closed.
-        CheckpointError: as :func:`load`.
+        ConfigError: both ``model`` and ``online``; ``settings`` without ``online``; a
+            precision :func:`sharnn.coding.codec.compress` refuses; a ``dest``
+            :func:`sharnn.files.output_destination` refuses (standard output closed, the
+            input, a file without ``force``, a folder, a device or FIFO).
+        DataError: an unreadable or too large ``source``; standard input closed. CheckpointError: as :func:`load`.
     """
-    if online == (model is not None):
-        raise ConfigError("give --model RUN_OR_CHECKPOINT or --online")
+    if online and model is not None:
+        raise ConfigError("give --model or --online, not both")
     if settings and not online:
         raise ConfigError(f"key=value settings ({settings[0]}) are for --online only")
     with output_destination(source, dest, force, ConfigError):
@@ -349,7 +355,7 @@ def _predictor(
     if online:
         config = online_config(settings)
         return online_model(config).to(target), config
-    return load_model(model, device=target)[0], None
+    return load_model(DEFAULT_MODEL if model is None else model, device=target)[0], None
 
 
 def decompress_file(
@@ -360,15 +366,17 @@ def decompress_file(
     mismatch nothing is.
 
     Args:
-        model: the run or checkpoint ``source`` was compressed with (None for an online
-            or stored file).
+        model: the run, checkpoint or shipped model ``source`` was compressed with (None:
+            the shipped model whose fingerprint the file records; an online or stored file
+            needs none).
         force, quiet: as :func:`compress_file`.
 
     Raises:
         DataError: a file that is not sharnn's, is corrupt, or decodes to other bytes; one
             of more than :data:`~sharnn.coding.container.MAX_FILE_BYTES` bytes; as
             :func:`compress_file` for ``source``.
-        CheckpointError: a model-mode file without its model or with another one.
+        CheckpointError: a model-mode file given another model, or none where no shipped
+            model is the one it records.
         ConfigError: as :func:`compress_file` for ``dest``; an online file given a model; a
             file coded on CUDA, on a machine without it; a bf16 file coded on a CPU of
             other features (before the model is loaded).
@@ -377,6 +385,8 @@ def decompress_file(
         blob = read_input(source, MAX_FILE_BYTES, "the most sharnn decompresses")
         header, _ = read_header(blob, str(source))
         stored = header.storage == "stored"  # the input itself: no model needed
+        if model is None and not stored and header.mode == "model":
+            model = _shipped_with(header.model_sha256, str(source))
         predictor = None if model is None or stored else load_model(model, device=coding_device(header, str(source)))[0]
         started = time.perf_counter()
         with ProgressDisplay("decompress", enabled=not quiet) as progress:
@@ -384,6 +394,17 @@ def decompress_file(
         write_output(dest, data)
         seconds = time.perf_counter() - started
     return Coding(len(blob), len(data), seconds, header, compressed=False)
+
+
+def _shipped_with(fingerprint: str, name: str) -> str:
+    """The shipped model whose :func:`~sharnn.models.build.model_sha256` is ``fingerprint``.
+    Raises :class:`CheckpointError` (the file ``name`` needs ``--model``) when none is."""
+    for shipped in shipped_names():
+        if model_sha256(load_model(shipped)[0]) == fingerprint:
+            return shipped
+    raise CheckpointError(
+        f"{name} was compressed with a model that is not shipped (sha256 {fingerprint[:16]}...): give it with --model"
+    )
 
 
 def train_run(
@@ -468,8 +489,9 @@ def format_summary(summary: dict) -> str:
 def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> str:
     """What ``sharnn info`` prints: the configuration and parameter counts of a preset, a
     config file (with ``key=value`` ``overrides``: a variant's, e.g. ``model.cell=ln_lstm``),
-    a run, a checkpoint or an exported or ``save_pretrained`` folder, and for these folders
-    their step, epoch and scores (None: the list of presets).
+    a run, a checkpoint, an exported or ``save_pretrained`` folder or a shipped model's name,
+    and for these folders their step, epoch and scores (None: the lists of presets and of
+    shipped models, the default marked).
 
     Raises:
         ConfigError: an unknown preset or an invalid config file or override; overrides
@@ -480,10 +502,13 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
     from .export import describe
 
     if target is None:
-        return "presets: " + ", ".join(preset_names())
+        shipped = [f"{name} (default)" if name == DEFAULT_MODEL else name for name in shipped_names()]
+        return f"presets: {', '.join(preset_names())}\nshipped models: {', '.join(shipped) or 'none'}"
     check_path("target", target)
     check_overrides(overrides)
     path, scores = Path(target), None
+    if not path.exists() and str(target) in shipped_names():
+        path = shipped_folder(str(target))
     if overrides and path.is_dir():
         raise ConfigError(f"{target} is a folder: key=value settings go with a preset or a config file")
     if is_pretrained(path):

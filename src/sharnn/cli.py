@@ -23,6 +23,7 @@ import click
 import sharnn
 
 from . import console
+from .models.shipped import DEFAULT_MODEL
 
 
 @click.group(cls=console.Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,7 +145,7 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 
 
 @main.command("eval")
-@console.checkpoint_argument
+@console.model_argument
 @console.split_option
 @click.option(
     "--file", "file", default=None, type=click.Path(path_type=Path), help="Evaluate on this file instead of a split."
@@ -154,13 +155,14 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 @console.runtime_options
 def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
     """Bits per byte, nats per token and perplexity of a checkpoint (a checkpoint folder,
-    a run folder for its best checkpoint, or an exported or save_pretrained folder); for
+    a run folder for its best checkpoint, an exported or save_pretrained folder, or a
+    shipped model's name; without CHECKPOINT, the shipped model, docs/pretrained.md); for
     WikiText, word perplexity too (docs/tokenization.md)."""
     click.echo(sharnn.evaluate_checkpoint(checkpoint, split, file, streams, bptt, device, fast_path).format())
 
 
 @main.command()
-@console.checkpoint_argument
+@console.model_argument
 @click.option("--prompt", default=None, help="Prompt text (UTF-8).")
 @click.option("--prompt-file", default=None, type=click.Path(path_type=Path), help="Read the prompt bytes from a file.")
 @click.option(
@@ -178,10 +180,10 @@ def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
 @click.option("--seed", default=None, type=int, help="Seed for reproducible samples.")
 @console.runtime_options
 def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top_p, seed, device, fast_path):
-    """Sample from a checkpoint (a checkpoint, run, exported or save_pretrained folder),
-    streaming the text to standard output as it comes: --max-bytes bytes from a byte
-    model, as many tokens from a words or wordpiece model. Invalid UTF-8 is shown with
-    replacement characters."""
+    """Sample from a checkpoint (a checkpoint, run, exported or save_pretrained folder, or a
+    shipped model's name; without CHECKPOINT, the shipped model), streaming the text to
+    standard output as it comes: --max-bytes bytes from a byte model, as many tokens from a
+    words or wordpiece model. Invalid UTF-8 is shown with replacement characters."""
     for text in sharnn.generate_text(
         checkpoint, prompt, max_bytes, temperature, top_k, top_p, seed, device, fast_path, prompt_file
     ).text():
@@ -198,7 +200,8 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     "model_path",
     default=None,
     type=click.Path(path_type=Path),
-    help="The run (its best checkpoint) or checkpoint that predicts the bytes.",
+    help=f"The run (its best checkpoint), checkpoint or shipped model that predicts the bytes.  "
+    f"[default: {DEFAULT_MODEL}]",
 )
 @click.option(
     "--online",
@@ -244,7 +247,8 @@ def compress(source, dest, model_path, online, streams, threads, device, precisi
     "model_path",
     default=None,
     type=click.Path(path_type=Path),
-    help="The run or checkpoint SOURCE was compressed with (not for --online files).",
+    help="The run, checkpoint or model SOURCE was compressed with (not for --online files).  "
+    "[default: the shipped model the file names]",
 )
 @console.force_dest_option
 @console.quiet_option
@@ -263,12 +267,19 @@ def decompress(source, dest, model_path, force, quiet):
     is_flag=True,
     help="Fold each value-gate network into its constant first: fewer parameters, the same outputs.",
 )
+@click.option(
+    "--storage",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="The weights' dtype in model.safetensors: bf16 halves the file (loading widens it back to fp32).",
+)
 @console.force_out_option
-def export(checkpoint, out, collapse, force):
+def export(checkpoint, out, collapse, storage, force):
     """Write a run's best checkpoint (or the given checkpoint) as a folder to share in the
     Hugging Face Hub layout: config.json, model.safetensors, a model card README.md,
     train_config.yaml, training.json and bpc.png (docs/sharing.md)."""
-    click.echo(f"exported {checkpoint} to {sharnn.export.export(checkpoint, out, collapse, force)}")
+    click.echo(f"exported {checkpoint} to {sharnn.export.export(checkpoint, out, collapse, force, storage)}")
 
 
 @main.group()

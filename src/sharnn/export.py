@@ -22,12 +22,14 @@ import shlex
 import shutil
 from pathlib import Path
 
+import torch
 from huggingface_hub import EvalResult
 from omegaconf import OmegaConf
 
 from .config import TrainConfig, to_yaml
+from .config_check import shown
 from .data.tokenizer import ByteTokenizer, Tokenizer, save_tokenizer
-from .errors import CheckpointError
+from .errors import CheckpointError, ConfigError
 from .files import check_new, output_lock, publish, staging_folder
 from .models.config import SHARNNConfig
 from .models.sharnn import SHARNN
@@ -68,18 +70,36 @@ _WIKITEXT2 = {
     "description": "WikiText-2 (v1, tokenized; Merity et al. 2016), as prepared by `sharnn prepare wikitext-2`: "
     "2,088,628 train, 217,646 valid and 245,569 test words (each line ending in `<eos>`).",
 }
+_WIKITEXT2_BYTES = (
+    "`wikitext-2-bytes`, bundled with sharnn: WikiText-2 (v1, tokenized; Merity et al. 2016) read as raw "
+    "bytes, its own train, valid and test files (10,797,148, 1,121,681 and 1,256,449 bytes)."
+)
+_MIX = (
+    "each split is the enwik8 head's (its first 4,154,064 bytes, 491 pages of the English Wikipedia XML dump "
+    "of 2006-03-03, split 90/5/5 by position) followed by WikiText-2's (v1, tokenized, read as raw bytes): "
+    "14,535,806 bytes of train text. The valid and test splits of both are held out."
+)
 _WIKITEXT2_SPLIT = "as WikiText-2 is: its own train, valid and test files (wiki.*.tokens)"
 
 
-def export(source: str | Path, out: str | Path, collapse: bool = False, force: bool = False) -> Path:
+STORAGE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def export(
+    source: str | Path, out: str | Path, collapse: bool = False, force: bool = False, storage: str = "fp32"
+) -> Path:
     """Write the checkpoint at ``source`` (a run folder: its best checkpoint) into the new
     folder ``out``; with ``collapse``, the model after :meth:`SHARNN.collapse`. This
     process alone writes ``out`` meanwhile (:func:`sharnn.files.output_lock`).
+    ``storage``: the weights' dtype in ``model.safetensors``, ``fp32`` or ``bf16`` (half
+    the size; loading widens them back to fp32, so the model computes in fp32 from
+    weights rounded to bf16: measure what that costs, docs/pretrained.md).
 
     Returns:
         ``out``.
 
     Raises:
+        ConfigError: a ``storage`` other than fp32 or bf16.
         CheckpointError: no checkpoint at ``source``, an already exported one, a
             checkpoint without a training record, or ``out`` exists or (without
             ``force``) is a symbolic link, dangling or not (left untouched; with
@@ -89,12 +109,14 @@ def export(source: str | Path, out: str | Path, collapse: bool = False, force: b
         LockError: another process is writing ``out``.
         OSError: the file system refused; nothing is left behind.
     """
+    if storage not in STORAGE:
+        raise ConfigError(f"storage must be one of {', '.join(STORAGE)}, got {shown(storage)}")
     out = Path(out)
     with output_lock(out):
-        return _export(source, out, collapse, force)
+        return _export(source, out, collapse, force, storage)
 
 
-def _export(source: str | Path, out: Path, collapse: bool, force: bool) -> Path:
+def _export(source: str | Path, out: Path, collapse: bool, force: bool, storage: str) -> Path:
     """:func:`export`, with ``out`` locked."""
     folder = checkpoint.resolve(source)
     if checkpoint.is_pretrained(folder):
@@ -107,11 +129,13 @@ def _export(source: str | Path, out: Path, collapse: bool, force: bool) -> Path:
     record = training_record(folder, model, records, read_summary(run) if run else None)
     if collapse:
         model.collapse()
+    fields = card_fields(config, record, out, False, checkpoint.read_tokenizer(folder)) | {"storage": storage}
+    model.to(STORAGE[storage])
     out.parent.mkdir(parents=True, exist_ok=True)
     with staging_folder(out) as staging:
-        curve = _write_curve(run, records, staging / CURVE_FILE)
+        fields["curve"] = _write_curve(run, records, staging / CURVE_FILE)
         tokenizer = checkpoint.read_tokenizer(folder)
-        model.save_pretrained(staging, model_card_kwargs=card_fields(config, record, out, curve, tokenizer))
+        model.save_pretrained(staging, model_card_kwargs=fields)
         (staging / checkpoint.TRAIN_CONFIG_FILE).write_text(to_yaml(config))
         (staging / TRAINING_FILE).write_text(json.dumps(record, indent=2) + "\n")
         save_tokenizer(tokenizer, staging)  # words and wordpieces travel with the model
@@ -190,8 +214,10 @@ def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool, token
     data, dataset = _data(config.data, meta)
     if meta.get("name") == "enwik8":
         split = _ENWIK8_SPLIT
-    elif meta.get("name") == "wikitext-2":
+    elif meta.get("name") == "wikitext-2" or config.data == "wikitext-2-bytes":
         split = _WIKITEXT2_SPLIT
+    elif config.data == "enwik8-head+wikitext-2":
+        split = "as each corpus is: the enwik8 head's split by position (train, valid, test) then WikiText-2's own file"
     else:
         valid, test = meta.get("valid_fraction", config.valid_fraction), meta.get("test_fraction", config.test_fraction)
         split = (
@@ -246,6 +272,16 @@ def _data(spec: str, meta: dict) -> tuple[dict, tuple[str, str | None]]:
         return data, _ENWIK8_DATASET
     if meta.get("name") == "wikitext-2":
         return _WIKITEXT2 | {"name": "WikiText-2"}, _WIKITEXT2_DATASET
+    if spec in ("wikitext-2-bytes", "enwik8-head+wikitext-2"):
+        both = spec != "wikitext-2-bytes"
+        data = {
+            "name": spec,
+            "description": (f"`{spec}`, bundled with sharnn: " if both else "") + (_MIX if both else _WIKITEXT2_BYTES),
+            "licence": _WIKIPEDIA["licence"] + (" and " + _WIKITEXT2["licence"] if both else ""),
+            "license": "cc-by-sa-3.0",
+            "datasets": _WIKIPEDIA["datasets"] * both + _WIKITEXT2["datasets"],
+        }
+        return data, _ENWIK8_DATASET if both else _WIKITEXT2_DATASET
     name = Path(spec).name
     return (
         {

@@ -68,6 +68,7 @@ from ..files import staging_folder, write_atomically
 from ..models.build import LanguageModel, build_model, load_pretrained, state_from_tensors
 from ..models.config import SHARNNConfig
 from ..models.hub import CONFIG_JSON, apply_weights, pretrained_config, read_config_json
+from ..models.shipped import shipped_folder, shipped_names
 
 MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = (
     "model.safetensors",
@@ -211,20 +212,24 @@ def point(link: Path, target: Path) -> None:
 
 def resolve(path: str | Path) -> Path:
     """A checkpoint folder from a checkpoint path, a run folder (its ``best``, else
-    ``latest``), or a folder in the Hub layout (:func:`is_pretrained`).
+    ``latest``), a folder in the Hub layout (:func:`is_pretrained`), or the name of a
+    shipped model (:mod:`sharnn.models.shipped`) where no such path exists.
 
     Raises:
         CheckpointError: if no checkpoint is there.
     """
     path = Path(path)
+    if not path.exists() and (shipped := shipped_folder(str(path))) is not None:
+        return shipped
     for candidate in (path, path / "best", path / "latest"):
         if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
             return candidate.resolve()
     if is_pretrained(path):
         return path.resolve()
+    names = ", ".join(shipped_names()) or "none"
     raise CheckpointError(
         f"no checkpoint at {path} (expected {MODEL_FILE} with {CONFIG_FILE} (a checkpoint) or "
-        f"{CONFIG_JSON} (save_pretrained, sharnn export), or a run folder)"
+        f"{CONFIG_JSON} (save_pretrained, sharnn export), a run folder, or a shipped model: {names})"
     )
 
 
