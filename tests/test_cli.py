@@ -712,3 +712,15 @@ def test_a_signal_inside_a_constructor_still_ends_in_one_line(exception, status,
         timeout=120,
     )
     assert (done.returncode, done.stderr) == (status, f"{line}\n")
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_commands_let_openmp_threads_sleep_unless_told_otherwise(given, seen):
+    """The command line loads torch with OMP_WAIT_POLICY=PASSIVE (docs/training.md), and a
+    policy the user set is kept."""
+    env = {k: v for k, v in SUBPROCESS_ENV.items() if k != "OMP_WAIT_POLICY"} | (
+        {"OMP_WAIT_POLICY": given} if given else {}
+    )
+    code = "import os; from sharnn.console import _import_torch; _import_torch(); print(os.environ['OMP_WAIT_POLICY'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.strip() == seen, done.stderr

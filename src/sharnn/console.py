@@ -80,7 +80,14 @@ def _import_torch() -> None:
     """Import torch, which every command uses, with Ctrl-C and SIGTERM ending the process
     at once (one line, status 130 or 143): torch's import catches some exceptions and goes
     on half done, so an exception raised inside it can turn into another error (and a
-    traceback) further on."""
+    traceback) further on.
+
+    OpenMP's threads sleep when they wait (``OMP_WAIT_POLICY=PASSIVE``, which the OpenMP
+    runtime reads as torch loads it) unless the environment sets a policy: beside another
+    busy program, threads that spin while they wait slow training several times over, and
+    on a quiet machine sleeping cost nothing we could measure (docs/training.md, "Threads on
+    a shared CPU"; benchmarks/train_contention.py)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
         import torch
 
@@ -115,6 +122,8 @@ def _usage_error(e: click.UsageError):
 
 # The options and arguments several commands share.
 checkpoint_argument = click.argument("checkpoint", type=click.Path(path_type=Path))
+model_argument = click.argument("checkpoint", required=False, type=click.Path(path_type=Path))
+"""A checkpoint, run, exported folder or shipped model's name; without it, DEFAULT_MODEL."""
 source_argument = click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
 dest_argument = click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
 out_option = click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
