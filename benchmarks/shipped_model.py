@@ -1,0 +1,169 @@
+"""The shipped model's evaluation (docs/pretrained.md), in one run.
+
+Test bits per byte, by the paper's protocol as ``sharnn eval`` scores a split (the model's
+``test_streams`` streams, each cold, windows of its ``bptt``; docs/evaluation.md): on the
+enwik8 head's test split and on WikiText-2's test file as raw bytes, both held out of its
+training text.
+
+Compression, in bits per byte (8 x compressed bytes / bytes), of the enwik8 head's test
+split and the four English texts of the Canterbury corpus (benchmarks/data/canterbury:
+Project Gutenberg texts in the public domain, with their provenance): ``sharnn``, what
+``sharnn compress FILE OUT`` writes with the model (its default streams, header included;
+``sharnn.coding.codec.compress``) and decoded again; ``xz -9e`` (``lzma``, preset 9 |
+extreme), ``bzip2 -9`` (``bz2``), ``zstd --ultra -22`` (``zstandard``, level 22) and
+``PPMd`` (``pyppmd``: variant H, order 8, 16 MiB, the raw stream without the length its
+decoder must be told), every round trip checked (a mismatch exits with status 1).
+
+    python benchmarks/shipped_model.py                  # the default shipped model
+    python benchmarks/shipped_model.py --model runs/wikipedia-2x512 --markdown docs/pretrained.md.table
+    python benchmarks/shipped_model.py --files alice29 --limit 20000 --no-splits
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import lzma
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from common import environment, missing_extra, print_table, write_json
+from sharnn import load_corpus
+from sharnn.coding.codec import compress, decompress
+from sharnn.evaluation import evaluate
+from sharnn.models.shipped import DEFAULT_MODEL
+from sharnn.training.checkpoint import load_model
+
+try:
+    import pyppmd
+    import zstandard
+except ModuleNotFoundError as e:  # not dependencies of sharnn itself: the extra "bench" installs them
+    missing_extra(e, __name__)
+
+CANTERBURY = Path(__file__).resolve().parent / "data" / "canterbury"
+FILES = ("enwik8-head-test", "alice29", "asyoulik", "lcet10", "plrabn12")
+SPLITS = {"enwik8-head test": ("enwik8-head", "test"), "WikiText-2 test (bytes)": ("wikitext-2-bytes", "test")}
+PPMD = {"max_order": 8, "mem_size": 16 << 20}
+CLASSICAL = {
+    "xz -9e": (lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME), lzma.decompress),
+    "bzip2 -9": (lambda d: bz2.compress(d, 9), bz2.decompress),
+    "zstd --ultra -22": (
+        lambda d: zstandard.ZstdCompressor(level=22).compress(d),
+        lambda b: zstandard.ZstdDecompressor().decompress(b),
+    ),
+    "PPMd": (
+        lambda d: pyppmd.compress(d, variant="H", **PPMD),
+        None,  # needs the length: see coded()
+    ),
+}
+
+
+def read_file(name: str, limit: int | None) -> bytes:
+    data = (
+        load_corpus("enwik8-head").test.tobytes()
+        if name == "enwik8-head-test"
+        else (CANTERBURY / f"{name}.txt").read_bytes()
+    )
+    return data[:limit] if limit else data
+
+
+def coded(name: str, compressor: str, data: bytes) -> dict:
+    """One classical compressor on one file: its size and the round trip checked."""
+    encode, decode = CLASSICAL[compressor]
+    started = time.perf_counter()
+    blob = encode(data)
+    seconds = time.perf_counter() - started
+    restored = (
+        pyppmd.Ppmd7Decoder(PPMD["max_order"], PPMD["mem_size"]).decode(blob, len(data))
+        if decode is None
+        else decode(blob)
+    )
+    if restored != data:
+        sys.exit(f"error: {compressor} on {name}: the decompressed bytes differ from the input")
+    return {"size": len(blob), "seconds": seconds}
+
+
+def sharnn_coded(name: str, data: bytes, model) -> dict:
+    """``sharnn compress`` with ``model`` on one file, decoded again and checked."""
+    print(f"{name}: sharnn on {len(data):,} bytes ...", end="", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    blob = compress(data, model)
+    seconds = time.perf_counter() - started
+    if decompress(blob, model) != data:
+        sys.exit(f"error: sharnn on {name}: the decompressed bytes differ from the input")
+    print(f" {8 * len(blob) / len(data):.4f} bits/byte in {seconds:.0f} s", file=sys.stderr, flush=True)
+    return {"size": len(blob), "seconds": seconds}
+
+
+def split_scores(model, config) -> list[dict]:
+    """Test bits per byte of ``model`` on :data:`SPLITS`, by the paper's protocol."""
+    rows = []
+    for what, (corpus, split) in SPLITS.items():
+        data = load_corpus(corpus).split(split)
+        result = evaluate(model, data, config.test_streams, config.bptt)
+        rows.append({"split": what, "bytes": len(data), "bpc": result.bpc, "streams": config.test_streams})
+        print(f"{what}: {result.bpc:.4f} bits per byte", file=sys.stderr, flush=True)
+    return rows
+
+
+def markdown(files: list[dict], splits: list[dict]) -> str:
+    names = ["sharnn", *CLASSICAL]
+    lines = ["| split | bytes | test bits per byte |", "|---|---:|---:|"] if splits else []
+    lines += [f"| {r['split']} | {r['bytes']:,} | {r['bpc']:.4f} |" for r in splits] + [""] * bool(splits)
+    lines += ["| file | bytes | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+    for row in files:
+        best = min(row[n] for n in names)
+        cells = [f"**{row[n]:.3f}**" if row[n] == best else f"{row[n]:.3f}" for n in names]
+        lines.append(f"| {row['file']} | {row['bytes']:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="run, checkpoint or shipped model [%(default)s]")
+    parser.add_argument("--files", nargs="+", choices=FILES, default=list(FILES))
+    parser.add_argument("--limit", type=int, default=None, help="keep each file's first N bytes")
+    parser.add_argument("--no-splits", action="store_true", help="skip the test splits' bits per byte")
+    parser.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
+    parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/shipped_model.json]")
+    args = parser.parse_args()
+
+    model, config = load_model(args.model)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as sharnn compress codes
+    files = []
+    for name in args.files:
+        data = read_file(name, args.limit)
+        row = {"file": name, "bytes": len(data)}
+        sizes = {"sharnn": sharnn_coded(name, data, model)} | {c: coded(name, c, data) for c in CLASSICAL}
+        row |= {c: 8 * s["size"] / len(data) for c, s in sizes.items()}
+        row["seconds"] = {c: s["seconds"] for c, s in sizes.items()}
+        files.append(row)
+    torch.set_num_threads(threads)
+    splits = [] if args.no_splits else split_scores(model, config)
+
+    print(f"model {args.model}: bits per byte")
+    if splits:
+        print_table(splits, [("split", "test split", ""), ("bytes", "bytes", ","), ("bpc", "bits per byte", ".4f")])
+        print()
+    print_table(
+        files, [("file", "file", ""), ("bytes", "bytes", ",")] + [(c, c, ".3f") for c in ["sharnn", *CLASSICAL]]
+    )
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(files, splits))
+        print(f"wrote {args.markdown}")
+    result = {
+        "model": str(args.model),
+        "limit": args.limit,
+        "files": files,
+        "splits": splits,
+        **environment(torch.device("cpu")),
+    }
+    write_json(result, "shipped_model.json", args.json)
+
+
+if __name__ == "__main__":
+    main()
