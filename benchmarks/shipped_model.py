@@ -8,8 +8,9 @@ training text.
 Compression, in bits per byte (8 x compressed bytes / bytes), of the enwik8 head's test
 split and the four English texts of the Canterbury corpus (benchmarks/data/canterbury:
 Project Gutenberg texts in the public domain, with their provenance): ``sharnn``, what
-``sharnn compress FILE OUT`` writes with the model (its default streams, header included;
-``sharnn.coding.codec.compress``) and decoded again; ``xz -9e`` (``lzma``, preset 9 |
+``sharnn compress FILE OUT`` writes with the model (its default streams, one thread,
+header included; ``sharnn.coding.codec.compress``) and decoded again, ``--jobs`` files at
+once in worker processes; ``xz -9e`` (``lzma``, preset 9 |
 extreme), ``bzip2 -9`` (``bz2``), ``zstd --ultra -22`` (``zstandard``, level 22) and
 ``PPMd`` (``pyppmd``: variant H, order 8, 16 MiB, the raw stream without the length its
 decoder must be told), every round trip checked (a mismatch exits with status 1).
@@ -24,8 +25,10 @@ from __future__ import annotations
 import argparse
 import bz2
 import lzma
+import multiprocessing
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -86,15 +89,17 @@ def coded(name: str, compressor: str, data: bytes) -> dict:
     return {"size": len(blob), "seconds": seconds}
 
 
-def sharnn_coded(name: str, data: bytes, model) -> dict:
-    """``sharnn compress`` with ``model`` on one file, decoded again and checked."""
-    print(f"{name}: sharnn on {len(data):,} bytes ...", end="", file=sys.stderr, flush=True)
+def sharnn_coded(name: str, limit: int | None, model_path: str) -> dict:
+    """``sharnn compress`` with the model at ``model_path`` on one file (on one thread, as
+    the command codes), decoded again and checked; run in a worker process."""
+    torch.set_num_threads(1)
+    data, model = read_file(name, limit), load_model(model_path)[0]
     started = time.perf_counter()
     blob = compress(data, model)
     seconds = time.perf_counter() - started
     if decompress(blob, model) != data:
-        sys.exit(f"error: sharnn on {name}: the decompressed bytes differ from the input")
-    print(f" {8 * len(blob) / len(data):.4f} bits/byte in {seconds:.0f} s", file=sys.stderr, flush=True)
+        return {"error": f"sharnn on {name}: the decompressed bytes differ from the input"}
+    print(f"{name}: sharnn {8 * len(blob) / len(data):.4f} bits/byte in {seconds:.0f} s", file=sys.stderr, flush=True)
     return {"size": len(blob), "seconds": seconds}
 
 
@@ -126,23 +131,24 @@ def main():
     parser.add_argument("--model", default=DEFAULT_MODEL, help="run, checkpoint or shipped model [%(default)s]")
     parser.add_argument("--files", nargs="+", choices=FILES, default=list(FILES))
     parser.add_argument("--limit", type=int, default=None, help="keep each file's first N bytes")
+    parser.add_argument("--jobs", type=int, default=2, help="files sharnn codes at once, one process each")
     parser.add_argument("--no-splits", action="store_true", help="skip the test splits' bits per byte")
     parser.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/shipped_model.json]")
     args = parser.parse_args()
 
     model, config = load_model(args.model)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as sharnn compress codes
-    files = []
-    for name in args.files:
-        data = read_file(name, args.limit)
-        row = {"file": name, "bytes": len(data)}
-        sizes = {"sharnn": sharnn_coded(name, data, model)} | {c: coded(name, c, data) for c in CLASSICAL}
-        row |= {c: 8 * s["size"] / len(data) for c, s in sizes.items()}
-        row["seconds"] = {c: s["seconds"] for c, s in sizes.items()}
-        files.append(row)
-    torch.set_num_threads(threads)
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        largest_first = sorted(args.files, key=lambda name: -len(read_file(name, args.limit)))
+        coding = {name: pool.submit(sharnn_coded, name, args.limit, args.model) for name in largest_first}
+        files = []
+        for name in args.files:
+            data = read_file(name, args.limit)
+            sizes = {"sharnn": coding[name].result()} | {c: coded(name, c, data) for c in CLASSICAL}
+            if "error" in sizes["sharnn"]:
+                sys.exit(f"error: {sizes['sharnn']['error']}")
+            row = {"file": name, "bytes": len(data)} | {c: 8 * s["size"] / len(data) for c, s in sizes.items()}
+            files.append(row | {"seconds": {c: s["seconds"] for c, s in sizes.items()}})
     splits = [] if args.no_splits else split_scores(model, config)
 
     print(f"model {args.model}: bits per byte")
