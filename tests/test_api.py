@@ -92,8 +92,8 @@ def test_compress_file_refuses_and_leaves_the_destination(run_dir, tmp_path):
     with pytest.raises(ConfigError, match="exists; give --force"):
         sharnn.compress_file(source, dest, model=run_dir)
     assert dest.read_bytes() == b"mine"
-    with pytest.raises(ConfigError, match="give --model RUN_OR_CHECKPOINT or --online"):
-        sharnn.compress_file(source, tmp_path / "new")
+    with pytest.raises(ConfigError, match="give --model or --online, not both"):
+        sharnn.compress_file(source, tmp_path / "new", model=run_dir, online=True)
     with pytest.raises(ConfigError, match="are for --online only"):
         sharnn.compress_file(source, tmp_path / "new", model=run_dir, settings=["lr=1"])
     with pytest.raises(DataError, match="cannot read"):

@@ -533,7 +533,7 @@ def test_eval_and_generate_refuse_settings_out_of_range_with_one_line(run_dir):
         (["generate", "RUN", "--top-k", "-1"], "--top-k"),
         (["eval", "RUN", "--streams", "0"], "--streams"),
         (["eval", "RUN", "--split", "train"], "--split"),
-        (["eval"], "CHECKPOINT"),
+        (["export"], "CHECKPOINT"),
         (["bogus"], "bogus"),
         (["train", "--bogus"], "--bogus"),
         (["--bogus"], "--bogus"),

@@ -25,7 +25,7 @@ line's ``--help`` and ``--version`` do not import torch.
 
 import importlib
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # Each public name and the submodule that defines it.
 _EXPORTS = {
