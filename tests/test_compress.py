@@ -314,7 +314,7 @@ def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
     assert_user_error(cli("compress", source, packed, "--model", run_dir), "exists; give --force")
     assert packed.read_bytes() == before
     assert_user_error(cli("compress", source, source, "--model", run_dir, "--force"), "is the input file")
-    assert_user_error(cli("compress", source, tmp_path / "x"), "give --model")
+    assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "--online"), "not both")
     assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "lr=1"), "for --online only")
     assert_user_error(cli("compress", tmp_path / "missing", tmp_path / "x", "--model", run_dir), "cannot read")
     assert_user_error(cli("compress", source, tmp_path / "no" / "x", "--model", run_dir), "no folder")

@@ -61,7 +61,7 @@ def test_presets_state_only_differences_from_the_paper_recipe(name):
 def test_every_preset_loads():
     wikitext2 = {f"wikitext2-{t}{size}" for t in ("words", "bpe8k", "bytes") for size in ("", "-tiny")}
     enwik8 = {"enwik8-paper", "enwik8-paper-4head", "enwik8-paper-noattn", "tiny"}
-    assert set(preset_names()) == enwik8 | wikitext2 | {"ablation-small", "ablation-transformer"}
+    assert set(preset_names()) == enwik8 | wikitext2 | {"ablation-small", "ablation-transformer", "wikipedia-2x512"}
     for name in preset_names():
         load_config(name).validate()
 
