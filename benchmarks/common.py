@@ -249,10 +249,11 @@ def measure_or_oom(measure: Callable[[], dict], device: torch.device) -> dict:
     except torch.cuda.OutOfMemoryError:
         result = {"status": "OOM"}
     release_memory(device)  # after the except block, so the traceback's frames are gone
-    seconds = result.get("seconds")
     # reported at once on stderr, so that a run stopped before its table still leaves its figures
-    detail = f"median {statistics.median(seconds):.4f} s per repeat, peak {result.get('peak_gib') or 0:.2f} GiB" if seconds else ""
-    print(f"  {result['status']} {detail}", file=sys.stderr, flush=True)
+    line = result["status"]
+    if seconds := result.get("seconds"):
+        line += f", median {statistics.median(seconds):.4f} s per repeat, peak {result.get('peak_gib') or 0:.2f} GiB"
+    print(f"  {line}", file=sys.stderr, flush=True)
     return result
 
 
