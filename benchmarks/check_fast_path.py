@@ -323,6 +323,12 @@ def training_configs(preset: str, overrides: list[str], device: torch.device, st
         f"device={device}",
         f"compile={str(compile).lower()}",
     ]  # an epoch has at least one step: epochs=steps never ends a run
+    # the run's closing validation and test, which part (b) does not compare: 8 windows each
+    base = load_config(preset, settings)
+    settings += [
+        f"valid_max_bytes={8 * base.valid_streams * base.bptt}",
+        f"test_max_bytes={8 * base.test_streams * base.bptt}",
+    ]
     return {path: load_config(preset, settings + extra) for path, extra in TRAIN_PATHS.items()}
 
 

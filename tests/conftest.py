@@ -1,5 +1,12 @@
 """Tests run torch on one thread: the models here are tiny, and on a loaded 2-core
-machine two OpenMP threads spinning against each other are many times slower."""
+machine two OpenMP threads spinning against each other are many times slower. The suite
+runs one pytest-xdist worker per core, so the few tests that code or train on two threads
+share the cores with another worker: their OpenMP threads sleep when they wait
+(``OMP_WAIT_POLICY=PASSIVE``, set before torch loads, as the ``sharnn`` command sets it)."""
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 

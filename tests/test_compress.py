@@ -164,14 +164,14 @@ def test_compress_codes_on_one_thread_by_default_and_records_the_count_given(mod
     before = torch.get_num_threads()
     header = read_header(compress(data, model))[0]
     assert header.environment["threads"] == 1 and header.streams == default_streams(len(data)) == 2
-    blob = compress(data, model, streams=3, threads=2)
+    blob = compress(TEXT, model, streams=3, threads=2)
     header = read_header(blob)[0]
     assert header.environment["threads"] == 2 and header.streams == 3
     assert torch.get_num_threads() == before  # restored after coding
-    assert decompress(blob, model) == data
+    assert decompress(blob, model) == TEXT
     for threads in (0, 1025):
         with pytest.raises(ConfigError, match="threads must be between 1 and 1024"):
-            compress(data, model, threads=threads)
+            compress(TEXT, model, threads=threads)
 
 
 def _ideal_bits(model, data: bytes, streams: int) -> float:

@@ -995,17 +995,18 @@ def test_tiny_preset_learns_enwik8(tmp_path):
     far below the 8-bit uniform baseline (< 4.0) and below its first validation.
 
     The model shape comes from presets/tiny.yaml at test time; only the length of the run
-    (140 steps, warmup 20, 16 streams) and the size of the evaluation splits are cut. It is
-    the suite's longest test: 167 s before the recipe was restructured and 169 s after, on
-    one thread of a 2-core CPU (``pytest tests/test_train.py -k tiny_preset_learns``)."""
+    (140 steps, warmup 20, 8 streams) and the evaluation (16 KB prefixes) are cut. It is the
+    suite's longest test (``pytest tests/test_train.py -k tiny_preset_learns``)."""
     config = load_config(
         "tiny",
         [
             "data=enwik8-head",
             "max_steps=140",
             "warmup_steps=20",
-            "train_streams=16",
+            "train_streams=8",
             "valid_every_steps=35",
+            "valid_max_bytes=16384",
+            "test_max_bytes=16384",
             "checkpoint_every_steps=1000",
             "log_every_steps=10",
             "sample_bytes=0",

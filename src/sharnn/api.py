@@ -384,10 +384,14 @@ def decompress_file(
     with output_destination(source, dest, force, ConfigError):
         blob = read_input(source, MAX_FILE_BYTES, "the most sharnn decompresses")
         header, _ = read_header(blob, str(source))
-        stored = header.storage == "stored"  # the input itself: no model needed
-        if model is None and not stored and header.mode == "model":
-            model = _shipped_with(header.model_sha256, str(source))
-        predictor = None if model is None or stored else load_model(model, device=coding_device(header, str(source)))[0]
+        predictor = None  # a stored file is the input itself, an online file trains its own model
+        if header.storage != "stored" and (model is not None or header.mode == "model"):
+            device = coding_device(header, str(source))
+            predictor = (
+                load_model(model, device=device)[0]
+                if model is not None
+                else _shipped_with(header.model_sha256, str(source), device)
+            )
         started = time.perf_counter()
         with ProgressDisplay("decompress", enabled=not quiet) as progress:
             data = decode(blob, predictor, name=str(source), progress=progress)
@@ -396,12 +400,13 @@ def decompress_file(
     return Coding(len(blob), len(data), seconds, header, compressed=False)
 
 
-def _shipped_with(fingerprint: str, name: str) -> str:
-    """The shipped model whose :func:`~sharnn.models.build.model_sha256` is ``fingerprint``.
-    Raises :class:`CheckpointError` (the file ``name`` needs ``--model``) when none is."""
+def _shipped_with(fingerprint: str, name: str, device: torch.device) -> LanguageModel:
+    """The shipped model whose :func:`~sharnn.models.build.model_sha256` is ``fingerprint``,
+    loaded on ``device``. Raises :class:`CheckpointError` (the file ``name`` needs
+    ``--model``) when none is."""
     for shipped in shipped_names():
-        if model_sha256(load_model(shipped)[0]) == fingerprint:
-            return shipped
+        if model_sha256(candidate := load_model(shipped, device=device)[0]) == fingerprint:
+            return candidate
     raise CheckpointError(
         f"{name} was compressed with a model that is not shipped (sha256 {fingerprint[:16]}...): give it with --model"
     )
