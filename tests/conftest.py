@@ -1,6 +1,6 @@
 """Tests run torch on one thread: the models here are tiny, and on a loaded 2-core
 machine two OpenMP threads spinning against each other are many times slower. The suite
-runs one pytest-xdist worker per core, so the few tests that code or train on two threads
+runs two pytest-xdist workers (pyproject.toml), so the few tests that code or train on two threads
 share the cores with another worker: their OpenMP threads sleep when they wait
 (``OMP_WAIT_POLICY=PASSIVE``, set before torch loads, as the ``sharnn`` command sets it)."""
 
