@@ -19,6 +19,7 @@ from sharnn.errors import Interrupted
 from sharnn.generation import filter_logits, generate
 from sharnn.models.config import SHARNNConfig
 from sharnn.models.sharnn import SHARNN, causal_mask, sdpa_attention
+from sharnn.models.step import Step
 from sharnn.runtime import Runtime
 from sharnn.training import checkpoint
 from sharnn.training.trainer import train
@@ -425,6 +426,24 @@ def test_greedy_sampling_of_many_streams_equals_one_stream_at_a_time(fast):
     for b in range(4):
         alone = [int(tokens[0]) for tokens in generate(model, prompts[:, b : b + 1], 15, temperature=0, window=8)]
         assert together[:, b].tolist() == alone, b
+
+
+def test_under_bf16_autocast_the_sampled_tokens_run_through_the_bf16_inference_step():
+    """The fast path generates through the bf16 Step from the prompt's state, not the
+    forward, which copies the whole memory at every token (docs/gpu-h200-2026-11-26)."""
+    model = make_model().set_attn_implementation("sdpa", memory_dtype=torch.bfloat16).eval()
+    prompts = torch.randint(0, 256, (12, 3), generator=torch.Generator().manual_seed(5))
+    got = torch.stack(list(generate(model, prompts, 10, temperature=0, autocast_dtype=torch.bfloat16)))
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        logits, state = model(prompts)
+    step = Step(model, 3, 12 + 10, precision="bf16")
+    step.load_state(state)
+    want = [logits[-1].float().argmax(-1)]
+    for _ in range(9):
+        want.append(step(want[-1]).argmax(-1))
+    assert torch.equal(got, torch.stack(want))
+    fp32 = torch.stack(list(generate(model, prompts, 10, temperature=0)))  # the same model in fp32: nearly the same
+    assert (fp32 == got).float().mean() > 0.8
 
 
 def test_seeded_sampling_of_many_streams_is_reproducible_and_streams_differ():

@@ -3,9 +3,12 @@ the case ``B = 1``).
 
 The prompts are fed once, in windows, carrying the LSTM state and memory; then every
 sampled token is fed alone with the carried state. Nothing is re-encoded per token. An
-SHA-RNN in fp32 (no autocast) runs the sampled tokens through the inference step
-(:class:`sharnn.models.step.Step`), its state the prompt's, copied exactly; a Transformer,
-or a model under autocast, through its forward.
+SHA-RNN runs the sampled tokens through the inference step
+(:class:`sharnn.models.step.Step`), its state the prompt's: in fp32 without autocast, in
+bf16 under bf16 autocast (the fast path). A Transformer, or a model under fp16 autocast,
+runs them through its forward, which copies the whole memory at every token: on an H200
+the fast path generated 3.5 times slower than eager that way
+(docs/gpu-h200-2026-11-26/README.md).
 """
 
 from __future__ import annotations
@@ -102,13 +105,17 @@ def generate(
             logits = advance(tokens)
 
 
+STEP_PRECISION = {None: "fp32", torch.bfloat16: "bf16"}  # the autocast dtypes the inference step has a precision for
+
+
 def _read_prompts(
     model: SHARNN, prompts: Tensor, window: int, autocast_dtype: torch.dtype | None, max_new_tokens: int
 ) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
     """Feed ``prompts [N, B]`` in chunks of ``window`` (capped at the attention span): the
     logits ``[B, V]`` of their last position, and the step that runs one more position
     (``tokens [B] -> logits [B, V]``) from the prompts' state: an SHA-RNN's inference
-    :class:`~sharnn.models.step.Step` in fp32, the model's forward otherwise."""
+    :class:`~sharnn.models.step.Step` (fp32, or bf16 under bf16 autocast), the model's
+    forward otherwise."""
     window = min(window, model.config.attention_span)
 
     def forward(tokens: Tensor, state):
@@ -118,8 +125,8 @@ def _read_prompts(
     state = None
     for start in range(0, prompts.shape[0], window):
         logits, state = forward(prompts[start : start + window], state)
-    if isinstance(model, SHARNN) and autocast_dtype is None:  # the inference step, from the prompt's state
-        step = Step(model, prompts.shape[1], prompts.shape[0] + max_new_tokens)
+    if isinstance(model, SHARNN) and autocast_dtype in STEP_PRECISION:  # the inference step, from the prompt's state
+        step = Step(model, prompts.shape[1], prompts.shape[0] + max_new_tokens, STEP_PRECISION[autocast_dtype])
         step.load_state(state)
         return logits[-1], step
 
