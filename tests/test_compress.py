@@ -43,9 +43,9 @@ TINY_ONLINE = [
 DATA = Path(__file__).parent / "data"
 
 
-def coded(data: bytes, model, streams: int = 8, online=None) -> bytes:
+def coded(data: bytes, model, streams: int = 8, online=None, precision=None) -> bytes:
     """The range-coded file of ``data``, never stored raw (to test the coder on any input)."""
-    header, payload = codec.encode(data, model, streams=streams, online=online, progress=None)
+    header, payload = codec.encode(data, model, streams=streams, online=online, progress=None, precision=precision)
     return container.pack(header) + payload
 
 
@@ -202,7 +202,7 @@ def test_code_length_is_the_models_information_content(model):
 
 
 def test_a_probability_that_differs_on_the_decoder_is_a_crc_error_not_wrong_bytes(model, monkeypatch):
-    blob = coded(TEXT, model, streams=2)
+    blob = coded(TEXT, model, streams=2, precision="fp32")
     probabilities = codec.probabilities
 
     def off_by_a_little(logits):
@@ -281,6 +281,16 @@ def packed(tmp_path, run_dir) -> Path:
     return tmp_path / "text.shz"
 
 
+@pytest.fixture
+def packed_fp32(tmp_path, run_dir) -> Path:
+    """A file of the float step, which decodes on the same kind of machine only."""
+    source = tmp_path / "text.txt"
+    source.write_bytes(TEXT)
+    command = ("compress", source, tmp_path / "text.shz", "--model", run_dir, "--streams", "2", "--precision", "fp32")
+    assert_ok(cli(*command, "--quiet"))
+    return tmp_path / "text.shz"
+
+
 def _refused(tmp_path: Path, packed: Path, model, *fragments: str) -> None:
     """decompress fails with one line, and leaves no output file and no temporary file."""
     out = tmp_path / "restored"
@@ -336,7 +346,7 @@ def _as_if_coded_on_cuda(blob: bytes) -> bytes:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_file_coded_on_cuda_is_refused_without_cuda(tmp_path, run_dir, model):
-    blob = _as_if_coded_on_cuda(coded(TEXT, model))
+    blob = _as_if_coded_on_cuda(coded(TEXT, model, precision="fp32"))
     with pytest.raises(ConfigError, match="compressed on CUDA"):
         decompress(
             _as_if_coded_on_cuda(
@@ -383,8 +393,9 @@ def _as_if_coded_in_bf16_on(blob: bytes, features: list[str]) -> bytes:
 
 
 def test_cli_a_bf16_file_from_a_cpu_of_other_features_is_refused_before_decoding(
-    tmp_path, packed, run_dir, model, online_blob
+    tmp_path, packed_fp32, run_dir, model, online_blob
 ):
+    packed = packed_fp32
     other, here = ["avx2", "avx512f", "amx_tile", "amx_bf16"], coding_environment.cpu_features()
     lacks, extra = [f for f in other if f not in here], [f for f in here if f not in other]
     differs = " and ".join([f"lacks {' '.join(lacks)}"] * bool(lacks) + [f"also has {' '.join(extra)}"] * bool(extra))
@@ -409,10 +420,12 @@ def test_cli_refuses_a_precision_it_cannot_code_with(tmp_path, run_dir, model, m
     source.write_bytes(TEXT)
     for junk in ("fp16", "junk"):
         result = cli("compress", source, out, "--model", run_dir, "--precision", junk)
-        assert_user_error(result, f"'{junk}' is not one of 'fp32', 'bf16'")
+        assert_user_error(result, f"'{junk}' is not one of 'integer', 'fp32', 'bf16'")
         assert result.exit_code == 2
-    with pytest.raises(ConfigError, match="precision must be fp32 or bf16, got 'fp16'"):
+    with pytest.raises(ConfigError, match="precision must be integer, fp32, bf16, got 'fp16'"):
         compress(TEXT, model, precision="fp16")
+    with pytest.raises(ConfigError, match="online mode trains in floating point, so its files are not portable"):
+        compress(TEXT, online_model(online_config(TINY_ONLINE)), online=online_config(TINY_ONLINE), precision="integer")
     cpuinfo = tmp_path / "cpuinfo"  # a CPU without bf16 instructions, as /proc/cpuinfo shows one
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512bw\n\nprocessor\t: 1\n")
     monkeypatch.setattr(coding_environment, "_CPUINFO", cpuinfo)
@@ -640,7 +653,7 @@ HOSTILE = {
     "v1-with-v2-keys": (1, _fields(), "version-1 header has unknown keys coded_bytes, storage"),
     "v2-without-storage": (2, _fields(storage=_DROP, coded_bytes=_DROP), "lacks coded_bytes, storage"),
     "v1-huge-length": (1, _fields(storage=_DROP, coded_bytes=_DROP, length=10**12), "is more than"),
-    "version-4": (4, _fields(), "format version 4; this sharnn reads versions 1, 2, 3"),
+    "version-5": (5, _fields(), "format version 5; this sharnn reads versions 1, 2, 3, 4"),
 }
 # Version 3 (the inference step's) has version 2's keys, checked alike, and precision.
 HOSTILE |= {f"{case}-v3": (3, *rest) for case, (version, *rest) in HOSTILE.items() if version == 2}
@@ -665,7 +678,7 @@ HOSTILE |= {
     ),
     "online-optimizer-sgd": (3, lambda f: _fields(online=f["online"] | {"optimizer": "sgd"})(f), "are invalid"),
     "v2-with-precision": (2, _fields(precision="fp32"), "version-2 header has unknown keys precision"),
-    "precision-fp16": (3, _fields(precision="fp16"), 'precision is "fp16", not "fp32" or "bf16"'),
+    "precision-fp16": (3, _fields(precision="fp16"), 'precision is "fp16", not "integer" or "fp32" or "bf16"'),
     "bf16-without-features": (3, _fields(precision="bf16"), "environment has keys cpu_capability, device,"),
     "fp32-with-features": (
         3,
@@ -686,6 +699,39 @@ HOSTILE |= {
 }
 
 
+# Version 4 has version 3's keys, checked alike, and portable and integer_step, which must agree
+# with the precision (the online file is fp32; the integer cases make it a model-mode file).
+HOSTILE |= {
+    f"{case}-v4": (4, change, fragment.replace("version-3", "version-4"))
+    for case, (version, change, fragment) in HOSTILE.items()
+    if version == 3
+}
+
+
+def _integer(**changes) -> Callable[[dict], dict]:
+    """The online header made a model-mode integer one, then changed by ``changes``."""
+    model_mode = {"mode": "model", "online": None, "precision": "integer", "portable": True, "integer_step": 1}
+    return _fields(**(model_mode | changes))
+
+
+HOSTILE |= {
+    "v4-without-portable": (4, _fields(portable=_DROP), "version-4 header lacks portable"),
+    "v3-with-portable": (3, _fields(portable=False), "version-3 header has unknown keys portable"),
+    "portable-not-bool": (4, _integer(portable=1), "portable is 1, not true or false"),
+    "fp32-portable": (4, _fields(portable=True), "portable is true for precision fp32 (true for integer only)"),
+    "integer-not-portable": (4, _integer(portable=False), "portable is false for precision integer"),
+    "integer-without-step": (4, _integer(integer_step=None), "integer_step is None for precision integer"),
+    "fp32-with-step": (4, _fields(integer_step=1), "integer_step is 1 for precision fp32"),
+    "integer-step-negative": (4, _integer(integer_step=-1), "integer_step is -1, not null or an integer"),
+    "integer-in-v3": (3, _fields(precision="integer"), 'precision is "integer" in a version-3 file'),
+    "integer-online": (
+        4,
+        lambda f: _integer(mode="online", online=f["online"])(f),
+        "precision is integer in online mode (online mode trains in floating point)",
+    ),
+}
+
+
 @pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
 def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_blob, case):
     """Headers written by the module's own framing (a correct CRC32), whose content is not
@@ -693,6 +739,8 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     version, change, fragment = HOSTILE[case]
     header, payload = read_header(online_blob)
     fields = dataclasses.asdict(header)
+    if version < 4:  # keys of version 4 only
+        del fields["portable"], fields["integer_step"]
     if version < 3:  # keys of version 3 only
         del fields["precision"]
         del fields["online"]["optimizer"]
@@ -704,6 +752,16 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     assert not out.exists() and _files_besides(tmp_path, "hostile.shz") == [], line
     with pytest.raises(DataError):
         read_header(packed.read_bytes())
+
+
+def test_a_file_of_a_later_integer_step_is_refused_in_one_line(tmp_path, packed, run_dir, model):
+    header, payload = read_header(packed.read_bytes())
+    assert header.precision == "integer" and header.portable and header.integer_step == 1
+    packed.write_bytes(container.pack(dataclasses.replace(header, integer_step=2)) + payload)
+    fragment = "text.shz was coded by integer step version 2; this sharnn has version 1"
+    _refused(tmp_path, packed, run_dir, fragment)
+    with pytest.raises(DataError, match=fragment):
+        decompress(packed.read_bytes(), model, name="text.shz")
 
 
 # ---------------------------------------------------------------------------- files from another kind of machine
@@ -747,8 +805,9 @@ REFUSED = ("decode only on the same kind of CPU, torch version and thread count"
 
 @pytest.mark.parametrize("failure", ["crc", "coder"])
 def test_a_file_from_another_kind_of_machine_that_does_not_decode_is_refused_naming_what_differs(
-    tmp_path, packed, run_dir, monkeypatch, failure
+    tmp_path, packed_fp32, run_dir, monkeypatch, failure
 ):
+    packed = packed_fp32
     blob, differs = _as_if_coded_elsewhere(packed.read_bytes())
     packed.write_bytes(blob)
     (_rounding_elsewhere if failure == "crc" else _coder_gives_up)(monkeypatch)
@@ -769,7 +828,7 @@ def test_a_file_of_this_machines_environment_that_does_not_decode_says_cpus_of_o
     """An fp32 header records torch's capability, which an Intel and an AMD CPU with
     AVX-512 share while their kernels round differently: the refusal says so, and keeps
     what failed."""
-    blob = coded(TEXT, model, streams=2)
+    blob = coded(TEXT, model, streams=2, precision="fp32")
     _rounding_elsewhere(monkeypatch)
     with pytest.raises(DataError, match="fail its CRC32 check") as crc:
         decompress(blob, model, name="text.shz")

@@ -294,7 +294,7 @@ def compress_file(
     streams: int | None = None,
     threads: int = 1,
     device: str = "cpu",
-    precision: str = "fp32",
+    precision: str | None = None,
     force: bool = False,
     quiet: bool = False,
 ) -> Coding:
@@ -311,9 +311,8 @@ def compress_file(
         threads: torch's thread count while coding (recorded; decompression uses it too).
         device: ``cpu`` or ``cuda[:N]`` (a file coded on CUDA decodes only on the same GPU
             type with the same library versions).
-        precision: ``fp32``, or ``bf16``: the products in bfloat16, on a CPU with bf16
-            instructions; the file then decodes only on a CPU with the same features
-            (:func:`sharnn.coding.environment.cpu_features`).
+        precision: ``integer`` (the default with a model: a file that decodes anywhere),
+            ``fp32`` (the default online) or ``bf16``, as :func:`sharnn.coding.codec.compress`.
         force: replace ``dest`` if it is a file or a symbolic link (the link, not its target).
         quiet: show no progress on standard error.
 

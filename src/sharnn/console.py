@@ -167,11 +167,11 @@ def coding_options(command):
     and its decoding repeats (docs/compression.md)."""
     command = click.option(
         "--precision",
-        type=click.Choice(["fp32", "bf16"]),
-        default="fp32",
-        show_default=True,
-        help="bf16: the model's products in bfloat16 on a CPU with bf16 instructions, faster and a little larger; "
-        "the file decodes only on a CPU with the same features.",
+        type=click.Choice(["integer", "fp32", "bf16"]),
+        default=None,
+        help="integer (the default with a model): the integer step, a file that decodes on any machine; fp32 (the "
+        "default online): the float step, a file that decodes on the same kind of machine only; bf16: its products "
+        "in bfloat16 on a CPU with bf16 instructions, decoded only on a CPU with the same features.",
     )(command)
     command = click.option(
         "--device",

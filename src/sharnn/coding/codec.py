@@ -49,10 +49,11 @@ import torch
 from ..config import TrainConfig, load_config
 from ..errors import CheckpointError, ConfigError, DataError
 from ..models.build import model_sha256
+from ..models.integer_step import INTEGER_STEP_VERSION, IntegerStep
 from ..models.sharnn import SHARNN
-from ..models.step import PRECISIONS, ReferenceStep, Step
+from ..models.step import ReferenceStep, Step
 from ..progress import ProgressDisplay
-from .container import FORMAT_VERSION, Header, pack, parse
+from .container import CODING_PRECISIONS, FORMAT_VERSION, STEP_VERSIONS, Header, pack, parse
 from .environment import (
     BF16_FEATURES,
     BF16_PRODUCTS,
@@ -108,7 +109,7 @@ def compress(
     threads: int = 1,
     online: TrainConfig | None = None,
     progress: ProgressDisplay | None = None,
-    precision: str = "fp32",
+    precision: str | None = None,
 ) -> bytes:
     """Compress ``data``.
 
@@ -124,21 +125,24 @@ def compress(
             slower when anything else runs (docs/compression.md, "Streams and threads").
         online: online mode's settings (None: model mode).
         progress: shows the fraction coded and the bits per byte so far.
-        precision: ``"fp32"``, or ``"bf16"``: the step's products in bfloat16 (an SHA-RNN
-            on a CPU with bf16 instructions, :data:`BF16_PRODUCTS`), its file decoded
-            only on a CPU of the same :func:`cpu_features`.
+        precision: the step's arithmetic (None: :func:`default_precision`): ``"integer"``,
+            the integer step of an SHA-RNN in model mode, whose file decodes on any
+            machine; ``"fp32"``, the float step (or a Transformer's forward), whose file
+            decodes on the same kind of machine only; ``"bf16"``: its products in bfloat16
+            (an SHA-RNN on a CPU with bf16 instructions, :data:`BF16_PRODUCTS`), its file
+            decoded only on a CPU of the same :func:`cpu_features`.
 
     Returns:
         The compressed file's bytes: a header (format version :func:`written_version`:
-        3 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
+        4 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
         would be larger, the header and ``data`` itself (``read_header(blob)[0].storage``
         is then ``"stored"`` and ``.coded_bytes`` the coded file's size), at most
         ``len(data)`` plus the header.
 
     Raises:
         ConfigError: ``streams`` < 1, ``threads`` outside 1 to 1024, a model that is not
-            byte-level, a precision other than fp32 and bf16, or bf16 for a Transformer,
-            off the CPU or on a CPU without bf16 instructions.
+            byte-level, an unknown precision, integer or bf16 for a Transformer, integer
+            in online mode, bf16 off the CPU or on a CPU without bf16 instructions.
     """
     if streams is None:
         streams = default_streams(len(data), online is not None)
@@ -174,13 +178,15 @@ def encode(
     streams: int,
     online: TrainConfig | None,
     progress: ProgressDisplay | None,
-    precision: str = "fp32",
+    precision: str | None = None,
 ) -> tuple[Header, bytes]:
     """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
+    if precision is None:
+        precision = default_precision(model, online)
     if streams < 1:
         raise ConfigError(f"streams must be >= 1, got {streams}")
     _check_byte_model(model)
-    _check_precision(model, precision)
+    _check_precision(model, precision, online is not None)
     lengths = stream_lengths(len(data), streams)
     grid = _to_grid(np.frombuffer(data, dtype=np.uint8), lengths)
     fingerprint = model_sha256(model)
@@ -208,18 +214,35 @@ def encode(
         environment=environment(_device(model), precision),
         online=None if online is None else online_settings(online),
         precision=precision,
+        portable=precision == "integer",
+        integer_step=INTEGER_STEP_VERSION if precision == "integer" else None,
     )
     return header, payload
 
 
-def _check_precision(model: SHARNN, precision: str) -> None:
+def default_precision(model: SHARNN, online: TrainConfig | None = None) -> str:
+    """The precision :func:`compress` codes with when none is given: ``"integer"`` (portable
+    files) for an SHA-RNN in model mode; ``"fp32"`` in online mode, which trains in floating
+    point, and for a Transformer, which has no inference step."""
+    return "integer" if isinstance(model, SHARNN) and online is None else "fp32"
+
+
+def _check_precision(model: SHARNN, precision: str, online: bool) -> None:
     """Raise :class:`ConfigError` for a precision :func:`compress` cannot code with."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision must be {' or '.join(PRECISIONS)}, got {precision!r}")
+    if precision not in CODING_PRECISIONS:
+        raise ConfigError(f"precision must be {', '.join(CODING_PRECISIONS)}, got {precision!r}")
     if precision == "fp32":
         return
     if written_version(model) != FORMAT_VERSION:
-        raise ConfigError(f"precision bf16 runs the SHA-RNN's inference step; a {type(model).__name__} codes in fp32")
+        raise ConfigError(
+            f"precision {precision} runs the SHA-RNN's inference step; a {type(model).__name__} codes in fp32"
+        )
+    if precision == "integer":
+        if online:
+            raise ConfigError(
+                "online mode trains in floating point, so its files are not portable: use precision fp32 (the default)"
+            )
+        return
     if _device(model).type != "cpu":
         raise ConfigError(f"precision bf16 runs on the CPU, not on {_device(model).type}: use fp32 there")
     features = cpu_features()
@@ -265,6 +288,11 @@ def decompress(
     version, header, payload = parse(blob, name)
     if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
         return payload
+    if header.integer_step is not None and header.integer_step != INTEGER_STEP_VERSION:
+        raise DataError(
+            f"{name} was coded by integer step version {header.integer_step}; this sharnn has version "
+            f"{INTEGER_STEP_VERSION}: decompress it with the sharnn that made it"
+        )
     check_cpu_features(header, name)
     model, online = _decoding_model(header, model, name)
     if not header.length:
@@ -344,13 +372,16 @@ def check_cpu_features(header: Header, name: str = "input") -> None:
 
 
 def coding_device(header: Header, name: str = "input") -> torch.device:
-    """The device a file decodes on: the kind it was coded on (``cpu`` or ``cuda``).
+    """The device a file decodes on: the kind it was coded on (``cpu`` or ``cuda``); the
+    CPU for a portable file.
 
     Raises:
         ConfigError: a file coded on CUDA, on a machine without it; a bf16 file coded on
             a CPU of other features (:func:`check_cpu_features`).
     """
     check_cpu_features(header, name)
+    if header.portable:
+        return torch.device("cpu")
     if header.environment["device"] == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
             f"{name} was compressed on CUDA ({header.environment.get('gpu')}): decompress it on a "
@@ -374,8 +405,9 @@ def _walk(
     At position ``t`` the model reads the previous byte of every stream (``[B]``) and
     ``code(t, probs)`` codes the bytes of the ``k`` streams still running (``probs``:
     ``[k, 256]`` float64), returning them. The model computes each position as files of
-    format ``version`` were coded: by the inference step (:data:`FORMAT_VERSION`) in
-    ``precision``, or by its forward on ``[1, B]`` (:data:`FORWARD_VERSIONS`). In online
+    format ``version`` were coded: by an inference step (:data:`STEP_VERSIONS`), the
+    integer step for precision ``"integer"``, else the float step in ``precision``; or by
+    the model's forward on ``[1, B]`` (:data:`FORWARD_VERSIONS`). In online
     mode, every ``bptt`` positions the model takes one optimizer step on the window just
     coded, and the step is prepared again from the new weights, before coding on. ``progress`` is given the
     fraction of positions done.
@@ -392,17 +424,28 @@ def _walk(
     model.eval()
     if not rows:  # an empty file: no position to compute
         return grid[1:].astype(np.uint8)
-    position = Step(model, len(lengths), rows, precision) if version == FORMAT_VERSION else ReferenceStep(model)
+    position, to_probabilities = _position_step(model, len(lengths), rows, version, precision)
     for t in range(rows):
         if learner is not None and t > 0 and t % online.bptt == 0:
             learner.learn(torch.from_numpy(grid[t - online.bptt : t + 1]).to(device))
             position.refresh()
-        probs = probabilities(position(torch.from_numpy(grid[t]).to(device)))
+        probs = to_probabilities(position(torch.from_numpy(grid[t]).to(device)))
         running = longer if t == rows - 1 else len(lengths)
         grid[t + 1, :running] = code(t, probs[:running])
         if progress is not None and t % _PROGRESS_EVERY == 0:
             progress.update(t / rows)
     return grid[1:].astype(np.uint8)
+
+
+def _position_step(model: SHARNN, streams: int, rows: int, version: int, precision: str):
+    """The step that computes each position of a file of format ``version`` in
+    ``precision``, and the function that turns its logits into the coder's probabilities."""
+    if version not in STEP_VERSIONS:
+        return ReferenceStep(model), probabilities
+    if precision == "integer":
+        step = IntegerStep(model, streams, rows)
+        return step, step.probabilities
+    return Step(model, streams, rows, precision), probabilities
 
 
 def probabilities(logits: torch.Tensor) -> np.ndarray:
@@ -438,7 +481,13 @@ def _undecodable(header: Header, name: str, device: torch.device, failure: str) 
     thread count aside: decoding runs on the header's), the line says the file was made on
     another kind of machine and names what differs, whatever failed; where nothing recorded
     differs, it keeps ``failure`` (the coder's first line, or the streams that fail their
-    CRC32) and says that CPUs of one capability can round differently."""
+    CRC32) and says that CPUs of one capability can round differently. A portable file
+    should decode everywhere: the line says so, and that it was altered or the machine errs."""
+    if header.portable:
+        return DataError(
+            f"{name}{failure}, though it is portable (integer step version {header.integer_step}): it was altered "
+            "before its checksums were written, or this machine's arithmetic is broken; nothing was written"
+        )
     here, there = environment(device, header.precision), header.environment
     differs = [f"{k} {there[k]} (here {here.get(k)})" for k in there if k != "threads" and there[k] != here.get(k)]
     if differs:

@@ -15,23 +15,32 @@ from dataclasses import dataclass
 
 from ..config import load_config
 from ..errors import ConfigError, DataError
-from ..models.step import PRECISIONS
 from .environment import MAX_FEATURES, MAX_THREADS
 from .online import FORWARD_ONLINE_KEYS, ONLINE_KEYS, check_online_size
 
 MAGIC = b"\x89sharnn\n"
 
 
-# The version compress() writes for an SHA-RNN, whose positions the inference step computes;
-# a Transformer's files, computed by its forward, keep version 2. Versions 1 (no storage
-# keys) and 2 decode with the model's forward, the path that wrote them.
-FORMAT_VERSION = 3
+# The version compress() writes for an SHA-RNN, whose positions an inference step computes
+# (version 4: the integer step by default, its files portable; version 3: the float step
+# only); a Transformer's files, computed by its forward, keep version 2. Versions 1 (no
+# storage keys) and 2 decode with the model's forward, the path that wrote them.
+FORMAT_VERSION = 4
 
 
 FORWARD_VERSIONS = (1, 2)
 
 
-READABLE_VERSIONS = (*FORWARD_VERSIONS, FORMAT_VERSION)
+STEP_VERSIONS = (3, FORMAT_VERSION)
+
+
+READABLE_VERSIONS = (*FORWARD_VERSIONS, *STEP_VERSIONS)
+
+
+# The step arithmetic a file may name: ``integer`` (portable: the same bits everywhere,
+# :mod:`sharnn.models.integer_step`), ``fp32`` and ``bf16`` (the float step: the same kind
+# of machine only). Version 3 knew the last two.
+CODING_PRECISIONS = ("integer", "fp32", "bf16")
 
 
 # The largest input compression takes, 2 GiB: the compressor holds the input, a grid of
@@ -78,8 +87,13 @@ class Header:
             payload is the input itself, ``streams`` 0; the model is not needed to decode).
         coded_bytes: for a stored file, the size in bytes the coded file would have had;
             None for a coded file.
-        precision: ``"fp32"`` or ``"bf16"``, the step's (:class:`~sharnn.models.step.Step`);
-            a key of version 3 only (files of versions 1 and 2 read as ``"fp32"``).
+        precision: ``"integer"`` (:class:`~sharnn.models.integer_step.IntegerStep`, version
+            4 only), ``"fp32"`` or ``"bf16"`` (:class:`~sharnn.models.step.Step`); a key of
+            versions 3 and 4 (files of versions 1 and 2 read as ``"fp32"``).
+        portable: whether the file decodes on any machine (precision ``"integer"``); a
+            key of version 4 (older files read as False).
+        integer_step: the :data:`INTEGER_STEP_VERSION` of an integer file, else None; a
+            key of version 4.
     """
 
     mode: str
@@ -95,15 +109,28 @@ class Header:
     storage: str = "coded"
     coded_bytes: int | None = None
     precision: str = "fp32"
+    portable: bool = False
+    integer_step: int | None = None
 
 
-_V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {"storage", "coded_bytes", "precision"}
+_V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
+    "storage",
+    "coded_bytes",
+    "precision",
+    "portable",
+    "integer_step",
+}
 
 
 _V2_KEYS = _V1_KEYS | {"storage", "coded_bytes"}
 
 
-_KEYS = {1: _V1_KEYS, 2: _V2_KEYS, 3: _V2_KEYS | {"precision"}}  # the exact keys of each version
+_KEYS = {  # the exact keys of each version
+    1: _V1_KEYS,
+    2: _V2_KEYS,
+    3: _V2_KEYS | {"precision"},
+    4: _V2_KEYS | {"precision", "portable", "integer_step"},
+}
 
 
 def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
@@ -202,7 +229,9 @@ _FIELDS = {  # key: (valid?, what it must be)
     "tokenizer": (lambda v: v == "bytes", '"bytes"'),
     "storage": (lambda v: v in ("coded", "stored"), '"coded" or "stored"'),
     "coded_bytes": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
-    "precision": (lambda v: v in PRECISIONS, " or ".join(f'"{p}"' for p in PRECISIONS)),
+    "precision": (lambda v: v in CODING_PRECISIONS, " or ".join(f'"{p}"' for p in CODING_PRECISIONS)),
+    "portable": (lambda v: type(v) is bool, "true or false"),
+    "integer_step": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
 }
 
 
@@ -226,12 +255,27 @@ def _check_header(fields: object, version: int, name: str) -> Header:
                 f"{shown if len(shown) <= 40 else shown[:37] + '...'}, not {expected}"
             )
     header = Header(**fields)
-    for problem in (_environment_problem(header.environment, header.precision), _layout_problem(header)):
+    problems = (_precision_problem(header, version), _environment_problem(header.environment, header.precision))
+    for problem in (*problems, _layout_problem(header)):
         if problem:
             raise DataError(f"{name} is corrupt: its header's {problem}")
     if header.online is not None:
-        _check_online(header.online, ONLINE_KEYS if version == FORMAT_VERSION else FORWARD_ONLINE_KEYS, name)
+        _check_online(header.online, ONLINE_KEYS if version in STEP_VERSIONS else FORWARD_ONLINE_KEYS, name)
     return header
+
+
+def _precision_problem(header: Header, version: int) -> str | None:
+    """What contradicts what in a header's precision, portability and integer step, or None."""
+    integer = header.precision == "integer"
+    if integer and version < 4:
+        return f'precision is "integer" in a version-{version} file (version 4 brought it)'
+    if header.portable != integer:
+        return f"portable is {str(header.portable).lower()} for precision {header.precision} (true for integer only)"
+    if (integer and header.integer_step is None) or (not integer and header.integer_step is not None):
+        return f"integer_step is {header.integer_step} for precision {header.precision} (a version for integer only)"
+    if integer and header.mode == "online":
+        return "precision is integer in online mode (online mode trains in floating point)"
+    return None
 
 
 def _environment_problem(env: dict, precision: str) -> str | None:

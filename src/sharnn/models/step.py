@@ -212,6 +212,18 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, silu: bool = F
     return F.silu(result) if silu else result
 
 
+def gate_weights(lstm: torch.nn.LSTM | LayerNormLSTM) -> tuple[Tensor, Tensor, Tensor]:
+    """A block's LSTM weights with the gates in the order ``f, i, o, g`` (the LN-LSTM's;
+    ``nn.LSTM``'s rows are ``i, f, g, o`` and are permuted): ``W_ih [4d, d]``, ``W_hh [4d,
+    d]`` and the bias ``[4d]`` (``nn.LSTM``'s two biases summed)."""
+    if isinstance(lstm, LayerNormLSTM):
+        return lstm.weight_ih, lstm.weight_hh, lstm.bias
+    d = lstm.hidden_size
+    order = torch.cat([torch.arange(d, 2 * d), torch.arange(d), torch.arange(3 * d, 4 * d), torch.arange(2 * d, 3 * d)])
+    order = order.to(lstm.weight_hh_l0.device)
+    return lstm.weight_ih_l0[order], lstm.weight_hh_l0[order], (lstm.bias_ih_l0 + lstm.bias_hh_l0)[order]
+
+
 class _Block:
     """One block's weights as the step computes with them, prepared from ``block``; with
     ``embedding`` (``[V, d]``, block 0's input), its input-to-gates table (float32). The
@@ -230,20 +242,10 @@ class _Block:
                 setattr(self, name, getattr(self, name).to(dtype))
 
     def _prepare_recurrence(self) -> None:
-        """The gate weights in the order ``f, i, o, g`` (the LN-LSTM's; ``nn.LSTM``'s rows
-        are ``i, f, g, o`` and are permuted), the biases summed, the products fused."""
-        lstm = self.block.lstm
-        if self.ln_lstm:
-            self.w_ih, self.w_hh, self.bias = lstm.weight_ih, lstm.weight_hh, lstm.bias
-            return
-        d = lstm.hidden_size
-        order = torch.cat(
-            [torch.arange(d, 2 * d), torch.arange(d), torch.arange(3 * d, 4 * d), torch.arange(2 * d, 3 * d)]
-        )
-        order = order.to(lstm.weight_hh_l0.device)
-        self.w_ih, self.w_hh = lstm.weight_ih_l0[order], lstm.weight_hh_l0[order]
-        self.bias = (lstm.bias_ih_l0 + lstm.bias_hh_l0)[order]
-        self.w_fused = torch.cat([self.w_ih, self.w_hh], dim=1)  # [4d, 2d]
+        """The gate weights (:func:`gate_weights`), the products fused for a plain LSTM."""
+        self.w_ih, self.w_hh, self.bias = gate_weights(self.block.lstm)
+        if not self.ln_lstm:
+            self.w_fused = torch.cat([self.w_ih, self.w_hh], dim=1)  # [4d, 2d]
 
     def _from_input(self, x: Tensor) -> Tensor:
         """The gates' part from the block's input ``x [N, d]``, the bias included: ``[N, 4d]``."""

@@ -1,0 +1,242 @@
+"""Exactly specified arithmetic: the building blocks of :class:`~sharnn.models.integer_step.IntegerStep`,
+whose results are the same bits on every CPU, thread count and torch version
+(docs/compression.md, "The integer step").
+
+A float result differs between machines only where the order of a sum, or the
+approximation of a function, is left to the kernel: a matrix product's blocking, a
+reduction's vector width, ``exp`` or ``tanh`` from a vector library. Everything else IEEE 754
+fixes to the last bit. So this module computes only with:
+
+- elementwise ``+ - *``, ``reciprocal`` and ``sqrt`` (each correctly rounded, never fused;
+  a division is written as a reciprocal and a product, which torch may otherwise choose
+  for some shapes and not others), ``round``, ``abs``, ``max``, comparisons, gathers;
+- sums and matrix products of **integers** whose every partial sum stays at most
+  :data:`FP32_EXACT` (float32) or :data:`FP64_EXACT` (float64) in magnitude: every such
+  partial sum is representable, so the result is the exact sum in any order;
+- tables of ``sigmoid``, ``tanh`` and ``exp`` computed once with Python's :mod:`decimal`,
+  whose ``exp`` is correctly rounded by its specification, then rounded to float.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from functools import cache
+
+import torch
+from torch import Tensor
+
+FP32_EXACT = 2**24  # every integer of at most this magnitude is a float32
+FP64_EXACT = 2**53  # ... a float64
+
+WEIGHT_LEVELS = 127  # a quantized weight is an integer in [-127, 127], one scale per output row
+MAX_ACTIVATION_LEVELS = 2**15  # a quantized product input is an integer in [-levels, levels]
+
+TABLE_RESOLUTION = 1024  # table entries per unit of the argument: sigmoid and tanh
+SIGMOID_RANGE = 16  # sigmoid(x) for |x| <= 16 (beyond, the end entries: 1e-7 from the limit)
+TANH_RANGE = 8  # tanh(x) for |x| <= 8 (beyond: 2e-7 from the limit)
+
+EXP_RESOLUTION = 256  # entries per nat: exp(-x) for x = i / 256
+EXP_ONE = 2**24  # exp(0) in the table; every entry is an integer >= 1, so no weight is ever zero
+EXP_ENTRIES = math.ceil(math.log(2 * EXP_ONE) * EXP_RESOLUTION) + 1  # past the last entry, exp(-x) * EXP_ONE < 0.5
+
+LAYER_NORM_BITS = 17  # LayerNorm's input is rounded to integers below 2**17 per row (fewer for n > 512)
+
+TINY = 2.0**-100  # a row whose largest entry is below this is scaled as if it were this
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _decimal_sigmoid(x: decimal.Decimal) -> decimal.Decimal:
+    return 1 / (1 + (-x).exp())
+
+
+@cache
+def _sigmoid_decimals() -> tuple[decimal.Decimal, ...]:
+    """``sigmoid(i / TABLE_RESOLUTION)`` for ``i = 0 .. 2 * SIGMOID_RANGE * TABLE_RESOLUTION``
+    in 30-digit decimals (the upper half is what tanh's table needs)."""
+    with decimal.localcontext() as context:
+        context.prec = 30
+        step = decimal.Decimal(1) / TABLE_RESOLUTION
+        return tuple(_decimal_sigmoid(i * step) for i in range(2 * SIGMOID_RANGE * TABLE_RESOLUTION + 1))
+
+
+@cache
+def sigmoid_table() -> Tensor:
+    """``sigmoid(i / 1024)`` for ``i = -16384 .. 16384``: float32 ``[32769]``."""
+    half = _sigmoid_decimals()[: SIGMOID_RANGE * TABLE_RESOLUTION + 1]
+    values = [float(1 - s) for s in reversed(half[1:])] + [float(s) for s in half]
+    return torch.tensor(values, dtype=torch.float64).float()
+
+
+@cache
+def tanh_table() -> Tensor:
+    """``tanh(i / 1024) = 2 sigmoid(2i / 1024) - 1`` for ``i = -8192 .. 8192``: float32 ``[16385]``."""
+    sigmoid = _sigmoid_decimals()
+    half = [2 * sigmoid[2 * i] - 1 for i in range(TANH_RANGE * TABLE_RESOLUTION + 1)]
+    values = [float(-t) for t in reversed(half[1:])] + [float(t) for t in half]
+    return torch.tensor(values, dtype=torch.float64).float()
+
+
+@cache
+def exp_table() -> Tensor:
+    """``max(1, round(EXP_ONE exp(-i / 256)))`` for ``i = 0 .. EXP_ENTRIES - 1``: integers
+    in float64 ``[EXP_ENTRIES]``, from 2**24 down to 1."""
+    with decimal.localcontext() as context:
+        context.prec = 30
+        step = decimal.Decimal(1) / EXP_RESOLUTION
+        values = [max(1, int((EXP_ONE * (-i * step).exp()).to_integral_value())) for i in range(EXP_ENTRIES)]
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def lookup(
+    table: Tensor, x: Tensor, resolution: float, limit: int | Tensor, centre: int | Tensor | None = None
+) -> Tensor:
+    """``table`` at ``x``: the entry of ``round(x * resolution)``, clamped to ``[-limit,
+    limit]``, counted from entry ``centre`` (default ``limit``: a table of ``2 * limit + 1``
+    entries centred on 0). ``limit`` and ``centre`` may be tensors that broadcast against
+    ``x`` (several tables in one). Same shape as ``x``."""
+    index = torch.round(x * resolution)
+    index = index.clamp_(-limit, limit) if isinstance(limit, int) else torch.clamp(index, -limit, limit)
+    index = index.add_(limit if centre is None else centre).int()
+    return table.index_select(0, index.view(-1)).view(x.shape)
+
+
+def largest_magnitude(x: Tensor) -> Tensor:
+    """``max |x|`` over the last dimension, at least :data:`TINY`: ``[..., 1]``."""
+    return torch.linalg.vector_norm(x, math.inf, dim=-1, keepdim=True).clamp_min_(TINY)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``sigmoid(x)`` of ``x`` rounded to a multiple of 1/1024 (within 2.5e-4 of the exact one)."""
+    return lookup(sigmoid_table(), x, TABLE_RESOLUTION, SIGMOID_RANGE * TABLE_RESOLUTION)
+
+
+def tanh(x: Tensor) -> Tensor:
+    """``tanh(x)`` of ``x`` rounded to a multiple of 1/1024 (within 5e-4 of the exact one)."""
+    return lookup(tanh_table(), x, TABLE_RESOLUTION, TANH_RANGE * TABLE_RESOLUTION)
+
+
+@cache
+def _gate_tables(columns: int, split: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The sigmoid and tanh tables end to end, and per column its limit and centre."""
+    sigmoid_limit, tanh_limit = SIGMOID_RANGE * TABLE_RESOLUTION, TANH_RANGE * TABLE_RESOLUTION
+    table = torch.cat([sigmoid_table(), tanh_table()]).to(device)
+    is_tanh = torch.arange(columns, device=device) >= split
+    limit = torch.where(is_tanh, tanh_limit, sigmoid_limit).float()
+    centre = torch.where(is_tanh, 2 * sigmoid_limit + 1 + tanh_limit, sigmoid_limit).float()
+    return table, limit, centre
+
+
+def sigmoid_and_tanh(x: Tensor, split: int) -> Tensor:
+    """:func:`sigmoid` of ``x[:, :split]`` and :func:`tanh` of ``x[:, split:]`` (``x [B, n]``), in one lookup."""
+    table, limit, centre = _gate_tables(x.shape[-1], split, x.device)
+    return lookup(table, x, TABLE_RESOLUTION, limit, centre)
+
+
+def exp_weights(gaps: Tensor) -> Tensor:
+    """``EXP_ONE * exp(-gap)`` as integers (float64) for ``gaps >= 0`` in nats, each gap
+    rounded to a multiple of 1/256; a gap past the table weighs 1."""
+    index = torch.round(gaps * EXP_RESOLUTION).clamp_(0, EXP_ENTRIES - 1).int()
+    return exp_table().to(gaps.device).index_select(0, index.view(-1)).view(gaps.shape)
+
+
+def softmax(logits: Tensor) -> Tensor:
+    """Probabilities ``[..., V]`` float64 from float32 ``logits [..., V]``: weights from
+    :func:`exp_weights` of each logit's gap to the largest, divided by their exact sum."""
+    weights = exp_weights((logits.amax(-1, keepdim=True) - logits).double())
+    return weights * weights.sum(-1, keepdim=True).reciprocal()
+
+
+def scalar_sigmoid(x: float) -> float:
+    """``sigmoid(x)`` of one float, correctly rounded to float64 (:mod:`decimal`)."""
+    with decimal.localcontext() as context:
+        context.prec = 30
+        return float(_decimal_sigmoid(decimal.Decimal(x)))
+
+
+def scalar_tanh(x: float) -> float:
+    """``tanh(x)`` of one float, correctly rounded to float64 (:mod:`decimal`)."""
+    with decimal.localcontext() as context:
+        context.prec = 30
+        return float(2 * _decimal_sigmoid(2 * decimal.Decimal(x)) - 1)
+
+
+# ------------------------------------------------------------------ products and LayerNorm
+
+
+_POWERS_OF_TWO = torch.tensor([2.0**k for k in range(-160, 161)], dtype=torch.float64)
+
+
+def power_of_two(exponent: Tensor) -> Tensor:
+    """``2 ** exponent`` for integer ``exponent`` in [-160, 160], exactly (float64)."""
+    index = exponent.clamp(-160, 160).add_(160).int()
+    return _POWERS_OF_TWO.to(exponent.device).index_select(0, index.view(-1)).view(exponent.shape)
+
+
+def layer_norm(x: Tensor, eps: float) -> Tensor:
+    """``(x - mean) / sqrt(var + eps)`` over the last dimension of ``x [B, n]`` (float32),
+    without gain or bias: ``[B, n]`` float32.
+
+    Each row is scaled by a power of two so its largest entry lies in [2**14, 2**15) and
+    rounded to integers ``q``; ``sum q`` and ``sum q^2`` are then exact in float64, and
+    ``(n q - sum q) / sqrt(n sum q^2 - (sum q)^2 + eps n^2 scale^2)`` is a few correctly
+    rounded operations.
+    """
+    n = x.shape[-1]
+    bits = min(LAYER_NORM_BITS, (52 - 2 * math.ceil(math.log2(n))) // 2)  # n^2 q^2 stays below 2**53
+    largest = largest_magnitude(x)
+    scale = power_of_two(bits - torch.frexp(largest).exponent)  # largest * scale in [2**(bits-1), 2**bits)
+    q = torch.round(x.double() * scale)
+    total = q.sum(-1, keepdim=True)
+    centred = q * n - total
+    spread = (q * q).sum(-1, keepdim=True) * n - total * total  # n^2 times the variance of q, exactly
+    return (centred * torch.sqrt(spread + scale * scale * (eps * n * n)).reciprocal()).float()
+
+
+class ExactLinear:
+    """``x @ weight^T + bias`` with ``weight`` rounded to integers in [-127, 127] per output
+    row, ``x`` to integers in [-L, L] per row (``L``: :attr:`levels`), and their product
+    summed exactly in float32.
+
+    ``L`` is the largest that keeps every partial sum of every row within 2**24:
+    ``L * max_row(sum |w_q|) <= 2**24`` (at most :data:`MAX_ACTIVATION_LEVELS`), so the
+    product is exact whatever kernel computes it. The result is ``acc * w_scale * x_scale +
+    bias``, each operation rounded once.
+
+    Args:
+        weight: ``[N, K]`` float32.
+        bias: ``[N]`` float32, or None.
+
+    Raises:
+        ValueError: a row so long that fewer than 2 levels remain for ``x``.
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None = None):
+        largest = weight.abs().amax(1).clamp_min(TINY)
+        self.weight = torch.round(weight * (largest.reciprocal() * WEIGHT_LEVELS)[:, None]).contiguous()  # [N, K]
+        self.weight_scale = largest * (1 / WEIGHT_LEVELS)  # [N]
+        self.bias = bias
+        row_sum = int(self.weight.double().abs().sum(1).max().item())
+        self.levels = min(MAX_ACTIVATION_LEVELS, FP32_EXACT // max(row_sum, 1))
+        if self.levels < 2:
+            raise ValueError(f"a product with rows of {weight.shape[1]} inputs is too long to sum exactly in float32")
+
+    def __call__(self, x: Tensor, product) -> Tensor:
+        """``x [B, K]`` float32 -> ``[B, N]`` float32; ``product(a, w)`` is the float32 matrix
+        product ``a @ w^T`` (any kernel: the sums are exact)."""
+        largest = largest_magnitude(x)
+        q = torch.round(x * (largest.reciprocal() * self.levels))
+        result = product(q, self.weight) * self.weight_scale * (largest * (1 / self.levels))
+        return result if self.bias is None else result + self.bias
+
+
+def products_are_exact(product) -> bool:
+    """Whether ``product`` (as :class:`ExactLinear`'s) sums integers exactly in float32 on
+    this machine: false where it rounds its inputs to bfloat16 or TF32 (for example
+    under ``ONEDNN_DEFAULT_FPMATH_MODE=BF16``), which would make the integer step's results
+    differ between machines."""
+    a = torch.tensor([[4097.0, 1.0, -3.0]])
+    w = torch.tensor([[4095.0, 3.0, 1.0], [1.0, 4097.0, 255.0]])
+    return product(a, w).tolist() == [[4097.0 * 4095 + 3 - 3, 4097.0 + 4097 - 765]]

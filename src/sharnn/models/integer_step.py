@@ -1,0 +1,254 @@
+"""The integer step: one inference position of an SHA-RNN for ``B`` streams, computed so
+that its results are the same bits on every CPU kind, thread count and torch version
+(docs/compression.md, "The integer step"). ``sharnn compress`` codes with it by default
+(format version 4), so that a file decodes on any machine.
+
+It is the quantized twin of :class:`~sharnn.models.step.Step`, built only from the exactly
+specified operations of :mod:`sharnn.models.exact`:
+
+- every matrix product: weights rounded to 8-bit integers per output row, inputs to
+  integers per row, their products summed exactly in float32 (:class:`ExactLinear`);
+- every LayerNorm: its input rounded to 16-bit integers per row, the mean and variance
+  from exact integer sums (:func:`exact.layer_norm`);
+- sigmoid, tanh (the LSTM's gates and cell, the Boom's GELU) from tables;
+- the attention: the memory as integers in units of 2**-10 and the query as integers per
+  row, both in float64, whose score sums are exact; the softmax's weights are integers
+  from a table of ``exp``, and the weighted sum of the memory is exact in float64;
+- the output's probabilities: integer weights from the same ``exp`` table over their
+  exact sum (:func:`exact.softmax`).
+
+Elementwise operations are written one at a time (never fused into one rounding), and
+every constant prepared from the weights (the value gate, the query's gates) is computed
+with correctly rounded scalar functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+from . import exact
+from .exact import ExactLinear
+from .lstm import LayerNormLSTM
+from .sharnn import SHARNN, Block
+from .step import GELU_SLOPE, TABLE_MAX_ROWS, gate_weights, linear
+
+INTEGER_STEP_VERSION = 1  # what a format-4 file records; a change to any number below makes a new version
+
+MEMORY_FRACTION_BITS = 10  # the memory ring holds LN_mem's outputs in units of 2**-10 ...
+MEMORY_LIMIT = 2**15  # ... clamped to [-32, 32]
+QUERY_BITS = 15  # the query: integers below 2**15 per row
+MAX_SPAN = exact.FP64_EXACT // (exact.EXP_ONE * MEMORY_LIMIT)  # 16,384 positions: the weighted sum stays exact
+
+
+def _exactly(function, values: Tensor) -> Tensor:
+    """``function`` (correctly rounded, on Python floats) of every entry: float64, same shape."""
+    flat = [function(v) for v in values.detach().double().flatten().tolist()]
+    return torch.tensor(flat, dtype=torch.float64, device=values.device).view(values.shape)
+
+
+def _exact_affine(weight: Tensor, x: Tensor, bias: Tensor) -> Tensor:
+    """``weight @ x + bias`` (float64) for a constant, each row summed correctly rounded (``math.fsum``)."""
+    xs, rows = x.double().tolist(), weight.double().tolist()
+    return torch.tensor(
+        [math.fsum([*(w * v for w, v in zip(row, xs)), b]) for row, b in zip(rows, bias.double().tolist())],
+        dtype=torch.float64,
+        device=x.device,
+    )
+
+
+def _affine(normed: Tensor, norm: torch.nn.LayerNorm) -> Tensor:
+    """A LayerNorm's gain and bias on its normalised input ``[B, n]``: a product, then a sum."""
+    return normed * norm.weight + norm.bias
+
+
+class IntegerStep:
+    """One position of ``model`` for ``streams`` streams in exactly specified arithmetic.
+
+    Example::
+
+        step = IntegerStep(model, streams=8)
+        probs = step.probabilities(step(tokens))   # tokens [B] int64 -> [B, 256] float64
+
+    Args:
+        model: a trained :class:`~sharnn.models.sharnn.SHARNN` (float32), on the CPU or a
+            GPU; its weights are read, never changed.
+        streams: ``B``.
+        positions: the most positions it will run (None: no limit); the memory holds
+            ``min(attention_span, positions)`` of them.
+
+    Attributes:
+        position: positions run.
+        lstm: per block ``(h, c)``, each ``[B, d]`` float32.
+        memory: per block the ring ``[B, R, d]`` float64 of integers (``LN_mem`` in units
+            of 2**-10), position ``p`` in slot ``p % R``; None without attention.
+
+    Raises:
+        ConfigError: a model that is not an SHA-RNN, ``streams`` < 1, an attention span over
+            :data:`MAX_SPAN`, or a machine whose float32 products round their inputs
+            (:func:`exact.products_are_exact`).
+    """
+
+    def __init__(self, model: SHARNN, streams: int, positions: int | None = None):
+        if not isinstance(model, SHARNN):
+            raise ConfigError(f"the integer step runs an SHA-RNN, not a {type(model).__name__}")
+        if streams < 1:
+            raise ConfigError(f"streams must be >= 1, got {streams}")
+        span = model.config.attention_span
+        if span > MAX_SPAN:
+            raise ConfigError(f"the integer step holds at most {MAX_SPAN:,} positions of memory, not {span:,}")
+        if not exact.products_are_exact(linear):
+            raise ConfigError(
+                "this machine's float32 matrix products round their inputs (ONEDNN_DEFAULT_FPMATH_MODE or "
+                "TF32?), so the integer step cannot be exact here"
+            )
+        self.model, self.streams, self.limit = model, streams, positions
+        self.slots = span if positions is None else max(1, min(span, positions))
+        weight, d = model.embedding.weight, model.config.d_model
+        self.position = 0
+        self.lstm = [tuple(weight.new_zeros(streams, d) for _ in "hc") for _ in model.blocks]
+        self.memory = [
+            None if block.attention is None else weight.new_zeros(streams, self.slots, d, dtype=torch.float64)
+            for block in model.blocks
+        ]
+        self.refresh()
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Prepare the weights from the model's (again, after they changed); the state is kept."""
+        model = self.model
+        table = model.config.vocab_size <= TABLE_MAX_ROWS
+        self.blocks = [
+            _IntegerBlock(block, model.embedding.weight if table and i == 0 else None)
+            for i, block in enumerate(model.blocks)
+        ]
+        self.output = ExactLinear(model.embedding.weight, model.output_bias)
+
+    @torch.no_grad()
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """``tokens [B]`` (int64, on the model's device) -> logits ``[B, V]`` float32.
+
+        Raises:
+            ValueError: more positions than ``positions``.
+        """
+        if self.limit is not None and self.position >= self.limit:
+            raise ValueError(f"the step was made for {self.limit} positions")
+        slot, filled = self.position % self.slots, min(self.position + 1, self.slots)
+        x = None if self.blocks[0].table is not None else self.model.embedding.weight[tokens]
+        for i, block in enumerate(self.blocks):
+            self.lstm[i] = block.recurrence(x, tokens, self.lstm[i])
+            u = self.lstm[i][0]
+            x = block.feed_forward(u if self.memory[i] is None else block.attend(u, self.memory[i], slot, filled))
+        self.position += 1
+        return self.output(x, linear)
+
+    @staticmethod
+    def probabilities(logits: Tensor) -> np.ndarray:
+        """Logits ``[B, V]`` -> probabilities ``[B, V]`` float64 for the coder, exactly
+        specified (:func:`exact.softmax`)."""
+        return exact.softmax(logits).cpu().numpy()
+
+
+class _IntegerBlock:
+    """One block's weights as the integer step uses them; with ``embedding`` (``[V, d]``,
+    block 0's input), its input-to-gates table, computed by the same exact arithmetic."""
+
+    def __init__(self, block: Block, embedding: Tensor | None):
+        self.block = block
+        self.eps = block.ln_start.eps
+        self.ln_lstm = isinstance(block.lstm, LayerNormLSTM)
+        w_ih, w_hh, self.bias = gate_weights(block.lstm)
+        if embedding is not None or self.ln_lstm:
+            self.from_input = ExactLinear(w_ih, None if self.ln_lstm else self.bias)
+            self.from_h = ExactLinear(w_hh)
+        else:  # the two products as one
+            self.fused = ExactLinear(torch.cat([w_ih, w_hh], dim=1), self.bias)
+        self.table = None if embedding is None else self._gates_from_input(embedding)
+        if block.attention is not None:
+            self._prepare_attention()
+        ff = block.feed_forward
+        up = ff.boom.linear if ff.mlp is None else ff.mlp.up
+        self.up = ExactLinear(up.weight, up.bias)
+        self.down = None if ff.mlp is None else ExactLinear(ff.mlp.down.weight, ff.mlp.down.bias)
+
+    def _gates_from_input(self, x: Tensor) -> Tensor:
+        """The gates' part from the block's input ``x [N, d]``, the bias included: ``[N, 4d]``."""
+        gates = self.from_input(_affine(exact.layer_norm(x, self.eps), self.block.ln_start), linear)
+        if self.ln_lstm:
+            return _affine(exact.layer_norm(gates, self.eps), self.block.lstm.ln_ih) + self.bias
+        return gates
+
+    def recurrence(self, x: Tensor | None, tokens: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """The LSTM (or LN-LSTM) of one position, as :class:`Step`'s, in exact arithmetic."""
+        h, c = state
+        d = h.shape[1]
+        if self.table is None and not self.ln_lstm:
+            gates = self.fused(torch.cat([_affine(exact.layer_norm(x, self.eps), self.block.ln_start), h], 1), linear)
+        else:
+            from_input = self._gates_from_input(x) if self.table is None else self.table[tokens]
+            from_h = self.from_h(h, linear)
+            if self.ln_lstm:
+                from_h = _affine(exact.layer_norm(from_h, self.eps), self.block.lstm.ln_hh)
+            gates = from_input + from_h
+        f, i, o, g = exact.sigmoid_and_tanh(gates, 3 * d).chunk(4, dim=1)
+        c = f * c + i * g
+        cell = _affine(exact.layer_norm(c, self.eps), self.block.lstm.ln_cell) if self.ln_lstm else c
+        return o * exact.tanh(cell), c
+
+    def _prepare_attention(self) -> None:
+        """The value gate's constant; the query's gates and ``1/sqrt(d)`` in ``ln_query``'s
+        gain and bias (as :class:`Step`'s), with correctly rounded scalar functions."""
+        head = self.block.attention.head
+        if hasattr(head, "value_gate"):  # collapsed
+            gate = head.value_gate.double()
+        elif not hasattr(head, "value_gate_net"):
+            gate = _exactly(exact.scalar_sigmoid, head.gate_v)
+        else:
+            net = head.value_gate_net
+            c, f = _exact_affine(net.weight, _exactly(exact.scalar_sigmoid, head.gate_v), net.bias).chunk(2)
+            gate = _exactly(exact.scalar_sigmoid, f) * _exactly(exact.scalar_tanh, c)
+        self.value_gate = gate.float()
+        scale = _exactly(exact.scalar_sigmoid, head.gate_q) * _exactly(exact.scalar_sigmoid, head.gate_k) * head.scale
+        self.query_gain = (head.ln_query.weight.double() * scale).float()
+        self.query_bias = (head.ln_query.bias.double() * scale).float()
+        self.query = ExactLinear(head.query.weight, head.query.bias)
+
+    def attend(self, u: Tensor, ring: Tensor, slot: int, filled: int) -> Tensor:
+        """``y = LN_mid(u) + g_v * Attn(LN_mid(u), memory)`` for ``u [B, d]``, ``LN_mem(u)``
+        written into ``ring`` at ``slot`` first. Returns ``y [B, d]`` float32."""
+        sublayer = self.block.attention
+        normed = exact.layer_norm(u, self.eps)  # shared by LN_mem and LN_mid
+        key = torch.round(_affine(normed, sublayer.ln_mem).double() * 2.0**MEMORY_FRACTION_BITS)
+        ring[:, slot] = key.clamp_(-MEMORY_LIMIT, MEMORY_LIMIT)
+        r = _affine(normed, sublayer.ln_mid)
+        query = exact.layer_norm(self.query(r, linear), self.eps) * self.query_gain + self.query_bias
+        largest = exact.largest_magnitude(query)
+        scale = exact.power_of_two(QUERY_BITS - torch.frexp(largest).exponent)  # [B, 1]
+        query = torch.round(query.double() * scale)  # integers below 2**15
+        memory = ring[:, :filled]  # [B, n, d]
+        scores = torch.bmm(query.unsqueeze(1), memory.transpose(1, 2))  # [B, 1, n] integers, exact
+        unit = (scale * 2.0**MEMORY_FRACTION_BITS).reciprocal().unsqueeze(1)  # a score's value in nats
+        weights = exact.exp_weights((scores.amax(-1, keepdim=True) - scores) * unit)  # [B, 1, n]
+        total = torch.bmm(weights, memory).squeeze(1)  # [B, d] integers, exact
+        per_unit = weights.sum(-1).reciprocal() * 2.0**-MEMORY_FRACTION_BITS  # [B, 1]
+        return r + self.value_gate * (total * per_unit).float()
+
+    def feed_forward(self, y: Tensor) -> Tensor:
+        """``z = LN_ff(y) + Boom(LN_xff(y))`` (or the MLP) for ``y [B, d]``, one exact
+        normalisation shared by both LayerNorms. Returns ``z [B, d]`` float32."""
+        ff = self.block.feed_forward
+        normed = exact.layer_norm(y, self.eps)
+        pre = self.up(_affine(normed, ff.ln_xff), linear)  # [B, F]
+        hidden = pre * exact.sigmoid(pre * GELU_SLOPE)  # the model's GELU
+        if self.down is not None:
+            inner = self.down(hidden, linear)
+        else:  # the Boom: the F/d chunks summed in order, one rounding each
+            chunks = hidden.unflatten(-1, (-1, y.shape[1])).unbind(1)
+            inner = chunks[0]
+            for chunk in chunks[1:]:
+                inner = inner + chunk
+        return _affine(normed, ff.ln_ff) + inner
