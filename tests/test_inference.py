@@ -1,7 +1,8 @@
 """The inference step (sharnn.models.step.Step): the model's function one position at a time
 for every variant (its memory a ring that wraps), prepared again after the weights change,
 continued exactly from a prompt's state; compress, decompress and generate run on it, and
-its files (format version 3, now 4 beside the integer step) round-trip byte for byte while a Transformer's keep version 2."""
+its files (format version 4; 3 before the integer step) round-trip byte for byte while a
+Transformer's keep version 2."""
 
 from __future__ import annotations
 
