@@ -26,7 +26,7 @@ import torch
 
 from .analysis_report import check_destination
 from .arguments import check_count, check_number, check_overrides, check_path, check_runtime
-from .coding.codec import coding_device, compress as encode, decompress as decode
+from .coding.codec import coding_device, compress as encode, decoding_threads, decompress as decode
 from .coding.container import MAX_FILE_BYTES, MAX_LENGTH, read_header
 from .coding.online import online_config, online_model
 from .config import TrainConfig, load_config, preset_names, to_yaml
@@ -358,7 +358,13 @@ def _predictor(
 
 
 def decompress_file(
-    source: str | Path, dest: str | Path, model: str | Path | None = None, *, force: bool = False, quiet: bool = False
+    source: str | Path,
+    dest: str | Path,
+    model: str | Path | None = None,
+    *,
+    threads: int | None = None,
+    force: bool = False,
+    quiet: bool = False,
 ) -> Coding:
     """Decompress ``source`` to ``dest`` (``-``: standard input or output), as ``sharnn
     decompress``: every stream's CRC32 is checked before anything is written; on any
@@ -368,6 +374,7 @@ def decompress_file(
         model: the run, checkpoint or shipped model ``source`` was compressed with (None:
             the shipped model whose fingerprint the file records; an online or stored file
             needs none).
+        threads: torch's thread count (None: the file's; another only for a portable file).
         force, quiet: as :func:`compress_file`.
 
     Raises:
@@ -378,11 +385,13 @@ def decompress_file(
             model is the one it records.
         ConfigError: as :func:`compress_file` for ``dest``; an online file given a model; a
             file coded on CUDA, on a machine without it; a bf16 file coded on a CPU of
-            other features (before the model is loaded).
+            other features (before the model is loaded); ``threads`` refused by
+            :func:`sharnn.coding.codec.decoding_threads`.
     """
     with output_destination(source, dest, force, ConfigError):
         blob = read_input(source, MAX_FILE_BYTES, "the most sharnn decompresses")
         header, _ = read_header(blob, str(source))
+        decoding_threads(header, threads, str(source))
         predictor = None  # a stored file is the input itself, an online file trains its own model
         if header.storage != "stored" and (model is not None or header.mode == "model"):
             device = coding_device(header, str(source))
@@ -393,7 +402,7 @@ def decompress_file(
             )
         started = time.perf_counter()
         with ProgressDisplay("decompress", enabled=not quiet) as progress:
-            data = decode(blob, predictor, name=str(source), progress=progress)
+            data = decode(blob, predictor, name=str(source), progress=progress, threads=threads)
         write_output(dest, data)
         seconds = time.perf_counter() - started
     return Coding(len(blob), len(data), seconds, header, compressed=False)

@@ -250,12 +250,13 @@ def compress(source, dest, model_path, online, streams, threads, device, precisi
     help="The run, checkpoint or model SOURCE was compressed with (not for --online files).  "
     "[default: the shipped model the file names]",
 )
+@console.decoding_threads_option
 @console.force_dest_option
 @console.quiet_option
-def decompress(source, dest, model_path, force, quiet):
+def decompress(source, dest, model_path, threads, force, quiet):
     """Decompress SOURCE to DEST (`-`: standard input or output). Every stream's CRC32 is
     checked before anything is written; on any mismatch nothing is."""
-    done = sharnn.decompress_file(source, dest, model_path, force=force, quiet=quiet)
+    done = sharnn.decompress_file(source, dest, model_path, threads=threads, force=force, quiet=quiet)
     click.echo(done.format(source), err=str(dest) == "-")
 
 

@@ -162,6 +162,14 @@ def runtime_options(command):
     return click.option("--device", default="auto", show_default=True)(command)
 
 
+decoding_threads_option = click.option(
+    "--threads",
+    default=None,
+    type=click.IntRange(min=1, max=1024),
+    help="Torch threads while decoding: another count than the file's for a portable file only.  [default: the file's]",
+)
+
+
 def coding_options(command):
     """The --threads, --device and --precision options of compress: what the file records
     and its decoding repeats (docs/compression.md)."""

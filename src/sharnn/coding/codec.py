@@ -260,7 +260,12 @@ def written_version(model: SHARNN) -> int:
 
 
 def decompress(
-    blob: bytes, model: SHARNN | None = None, *, name: str = "input", progress: ProgressDisplay | None = None
+    blob: bytes,
+    model: SHARNN | None = None,
+    *,
+    name: str = "input",
+    progress: ProgressDisplay | None = None,
+    threads: int | None = None,
 ) -> bytes:
     """Invert :func:`compress`.
 
@@ -270,6 +275,8 @@ def decompress(
             for an online file, whose model is rebuilt from its header.
         name: the file's name, for messages.
         progress: shows the fraction decoded.
+        threads: torch's thread count while decoding (None: the count it was coded with);
+            another count only for a portable file, which decodes alike with any.
 
     Returns:
         The original bytes, every stream's CRC32 checked (a stored file's payload, its
@@ -283,9 +290,11 @@ def decompress(
             header's environment (docs/compression.md, "Which files travel").
         CheckpointError: a model-mode file without its model, or with another model.
         ConfigError: an online file given a model; a bf16 file coded on a CPU of other
-            :func:`cpu_features` (before anything is decoded).
+            :func:`cpu_features` (before anything is decoded); ``threads`` outside 1 to
+            1024, or other than the file's for a file that is not portable.
     """
     version, header, payload = parse(blob, name)
+    threads = decoding_threads(header, threads, name)
     if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
         return payload
     if header.integer_step is not None and header.integer_step != INTEGER_STEP_VERSION:
@@ -304,7 +313,7 @@ def decompress(
         return decoder.decode(_FAMILY, probs)
 
     try:
-        with torch_threads(header.environment["threads"]), deterministic_kernels(_device(model)):
+        with torch_threads(threads), deterministic_kernels(_device(model)):
             grid = _walk(model, lengths, code, online, progress, version, header.precision)
     except (ValueError, RuntimeError, AssertionError) as e:
         # constriction's "out of data" on a payload that ends early, or its AssertionError on
@@ -317,6 +326,26 @@ def decompress(
             f"{name}: decoding its {header.length:,} bytes needs more memory than this machine has"
         ) from None
     return _check_streams(grid, lengths, header, name, _device(model))
+
+
+def decoding_threads(header: Header, threads: int | None, name: str = "input") -> int:
+    """The thread count a file decodes with: ``threads``, or the header's when None.
+
+    Raises:
+        ConfigError: ``threads`` outside 1 to :data:`MAX_THREADS`, or another count than
+            the header's for a file that is not portable (its sums depend on the count).
+    """
+    recorded = header.environment["threads"]
+    if threads is None:
+        return recorded
+    if type(threads) is not int or not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"threads must be an integer between 1 and {MAX_THREADS}, got {threads!r}")
+    if threads != recorded and not header.portable:
+        raise ConfigError(
+            f"{name} is coded in {header.precision}, not portable: it decodes with the {recorded} thread(s) "
+            "it was coded with"
+        )
+    return threads
 
 
 def _decoding_model(header: Header, model: SHARNN | None, name: str) -> tuple[SHARNN, TrainConfig | None]:
