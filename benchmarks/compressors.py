@@ -1,4 +1,5 @@
-"""Lossless compression by the model (``sharnn.coding.codec``) next to gzip, bzip2, xz and zstd.
+"""Lossless compression by the model (``sharnn.coding.codec``) next to gzip, bzip2, xz and
+zstd.
 
 For each file and compressor: the compressed size in bytes, the bits per byte
 (8 * size / original size), the compression and decompression speed in original bytes
@@ -8,12 +9,13 @@ difference stops the script with exit status 1).
 Compressors: ``gzip -9`` (``gzip.compress(data, 9)``), ``bzip2 -9`` (``bz2.compress(data,
 9)``), ``xz -9e`` (``lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)``), ``zstd -19``
 (``zstandard.ZstdCompressor(level=19)``), all measured in the same run; ``sharnn B=N``,
-``sharnn.coding.codec.compress(data, model, streams=N)`` with the checkpoint of ``--model``,
-one row per ``--streams`` value and ``--precision`` (``sharnn B=N bf16``:
-``precision="bf16"``); ``sharnn online B=N``, online mode (no model file: a fixed-seed
-model of ``sharnn.coding.online.online_config(overrides)`` learns from the bytes
-already coded). sharnn's sizes include its file header (JSON, a few hundred bytes, also
-reported as ``header_bytes``).
+``sharnn.coding.codec.compress(data, model, streams=N, precision=P)`` with the checkpoint of
+``--model``, one row ``sharnn B=N P`` per ``--streams`` value and ``--precision`` (default
+``integer``, the portable integer step, and ``fp32``, the float step; the integer step's
+sizes are judged against the fp32 step's: at most 1% larger); ``sharnn online B=N``, online
+mode (no model file: a fixed-seed model of ``sharnn.coding.online.online_config(overrides)``
+learns from the bytes already coded). sharnn's sizes include its file header (JSON, a few
+hundred bytes, also reported as ``header_bytes``).
 
 Timed: ``time.perf_counter`` around one whole ``compress`` call and one whole
 ``decompress`` call (the input already in memory, the checkpoint already loaded; in
@@ -26,24 +28,27 @@ the baselines take the median of 3 repeats. Everything runs on CPU; sharnn codes
 Per position (with ``--model``, an SHA-RNN; :func:`measure_positions`): for every ``B`` of
 ``--batch``, the milliseconds one position of ``B`` streams takes, on one thread
 (``torch.set_num_threads(1)`` for the section), the median of ``--repeats`` rounds (each
-path in turn, so that all meet the same machine) of
-``--positions`` positions, after the attention memory has filled (``attention_span``
-positions, untimed): ``forward``, the model's forward on a ``[1, B]`` window carrying its
-state, what files of versions 1 and 2 decode with; ``step fp32`` and ``step bf16``,
-:class:`sharnn.models.step.Step`, what version 3 codes with (bf16 skipped with a note on a
-CPU without bf16 instructions); ``generate``, one token of ``sharnn.generation.generate``
-(the step, then sampling; no I/O); ``floor``, the bare work of the same shapes at batch
-``B``: ``n_layers`` ``torch.lstm_cell`` steps, as many Boom up-projections (``F.linear``,
-``d`` to ``boom_dim``) and the output projection (``F.linear``, ``d`` to ``V``); ``floor
-onednn``, the same products through oneDNN as the step runs them (where torch has it).
-Each row gives bytes per second (``B`` / time) and its ratio to the floor; the targets
-of the step (issue 22) are judged against the floor.
+path in turn, so that all meet the same machine) of ``--positions`` positions, after the
+attention memory has filled (``attention_span`` positions, untimed): ``forward``, the
+model's forward on a ``[1, B]`` window carrying its state, what files of versions 1 and 2
+decode with; ``step fp32`` and ``step bf16``, :class:`sharnn.models.step.Step`, the float
+step (bf16 skipped with a note on a CPU without bf16 instructions); ``step integer``,
+:class:`sharnn.models.integer_step.IntegerStep`, what version 4 codes with by default;
+``generate``, one token of ``sharnn.generation.generate`` (the step, then sampling; no I/O);
+``floor``, the bare work of the same shapes at batch ``B``: ``n_layers`` ``torch.lstm_cell``
+steps, as many Boom up-projections (``F.linear``, ``d`` to ``boom_dim``) and the output
+projection (``F.linear``, ``d`` to ``V``); ``floor onednn``, the same products through
+oneDNN as the step runs them (where torch has it). Each row gives bytes per second (``B`` /
+time) and its ratio to the floor; the targets of the step (issue 22) are judged against the
+floor.
 
 Files (``--files``): ``enwik8-head-test``, the test split of the bundled corpus (the last
 5%); ``enwik8-head``, the whole bundled file; ``wikitext2-test``, WikiText-2's raw test
 text (``--wikitext``; skipped with a note when absent); ``sharnn-docs``, English text of
 another kind: this repository's ``README.md`` and ``docs/*.md`` (in name order),
-joined. ``--limit N`` keeps each file's first N bytes.
+joined; ``alice29``, ``asyoulik``, ``lcet10``, ``plrabn12``, the four English texts of the
+Canterbury corpus (``benchmarks/data/canterbury``). ``--limit N`` keeps each file's first N
+bytes.
 
     python benchmarks/compressors.py --model runs/enwik8 --streams 1 8 32 --no-online
     python benchmarks/compressors.py --files enwik8-head-test --limit 20000 bptt=64
@@ -85,6 +90,7 @@ from sharnn.coding.online import ONLINE_STREAMS, online_config, online_model
 from sharnn.data.corpus import bundled_wikitext2, load_corpus
 from sharnn.errors import SharnnError
 from sharnn.generation import generate
+from sharnn.models.integer_step import IntegerStep
 from sharnn.models.step import ONEDNN, ReferenceStep, Step, linear as step_linear
 from sharnn.training.checkpoint import load_model
 
@@ -97,7 +103,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ("enwik8-head-test", "enwik8-head", "wikitext2-test", "sharnn-docs")
+CANTERBURY = ("alice29", "asyoulik", "lcet10", "plrabn12")  # benchmarks/data/canterbury, public-domain English
+FILES = ("enwik8-head-test", "enwik8-head", "wikitext2-test", "sharnn-docs", *CANTERBURY)
 WIKITEXT = bundled_wikitext2() / "test.txt.gz"
 REPEATS = 3  # of each baseline; the median is reported
 CPU = torch.device("cpu")
@@ -121,6 +128,8 @@ def read_file(name: str, wikitext: Path) -> bytes | None:
         return enwik8_head()
     if name == "sharnn-docs":
         return b"".join(path.read_bytes() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    if name in CANTERBURY:
+        return (ROOT / "benchmarks" / "data" / "canterbury" / f"{name}.txt").read_bytes()
     if not wikitext.is_file():
         print(f"note: {wikitext} is absent: skipping {name}")
         return None
@@ -279,6 +288,7 @@ def position_paths(model: SHARNN, streams: int, calls: int, bf16: bool) -> dict:
     paths |= {
         "forward": ReferenceStep(model),
         "step fp32": Step(model, streams),
+        "step integer": IntegerStep(model, streams),
     }
     if bf16:
         paths["step bf16"] = Step(model, streams, precision="bf16")
@@ -336,7 +346,8 @@ def position_targets(rows: list[dict]) -> list[dict]:
     """Issue 22's targets for the step, judged on the rows measured (a target whose ``B``
     or path was not measured is left out): fp32 at most 0.8x the floor at B=8 and 1.2x at
     B=32; bf16 at most 0.8x the fp32 floor at B=32; generation within 10% of the fp32
-    step at every ``B``."""
+    step at every ``B``; issue 29's: the integer step at least as fast as the fp32 step at
+    B=8 and B=32."""
     ms = {(row["batch"], row["path"]): row for row in rows}
     limits = [(8, "step fp32", 0.8), (32, "step fp32", 1.2), (32, "step bf16", 0.8)]
     targets = [
@@ -347,6 +358,23 @@ def position_targets(rows: list[dict]) -> list[dict]:
     for streams in dict.fromkeys(row["batch"] for row in rows):
         ratio = ms[streams, "generate"]["ms_per_position"] / ms[streams, "step fp32"]["ms_per_position"]
         targets.append(judge(f"generate B={streams} <= 1.1x step fp32", ratio, 1.1, False, "x"))
+    for streams in (8, 32):
+        if (streams, "step integer") in ms:
+            ratio = ms[streams, "step integer"]["ms_per_position"] / ms[streams, "step fp32"]["ms_per_position"]
+            targets.append(judge(f"step integer B={streams} <= 1.0x step fp32", ratio, 1.0, False, "x"))
+    return targets
+
+
+def size_targets(rows: list[dict]) -> list[dict]:
+    """Issue 29's size target, per file and ``B`` with both rows: the integer step's file
+    at most 1% larger than the fp32 step's."""
+    sizes = {(row["file"], row["compressor"]): row["size"] for row in rows}
+    targets = []
+    for (file, compressor), size in sizes.items():
+        fp32 = sizes.get((file, compressor.replace(" integer", " fp32")))
+        if compressor.endswith(" integer") and fp32:
+            name = f"{file} {compressor.removeprefix('sharnn ')} <= 1.01x fp32 size"
+            targets.append(judge(name, size / fp32, 1.01, False, "x"))
     return targets
 
 
@@ -388,7 +416,11 @@ def parse_arguments() -> tuple[argparse.Namespace, SHARNN | None, object]:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the sharnn rows [default: 1]")
     parser.add_argument(
-        "--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32"], help="of the sharnn model rows, each"
+        "--precision",
+        nargs="+",
+        choices=["integer", "fp32", "bf16"],
+        default=["integer", "fp32"],
+        help="of the sharnn model rows, one row each [default: integer fp32]",
     )
     parser.add_argument("--no-online", action="store_true", help="skip online mode (slow on big files)")
     parser.add_argument(
@@ -429,12 +461,12 @@ def measure_files(args: argparse.Namespace, model: SHARNN | None, settings) -> t
         files[name] = len(data)
         for compressor, (encode, decode) in BASELINES.items():
             rows.append(measure(name, compressor, data, encode, decode, REPEATS))
-        for precision in args.precision if model is not None else []:
+        for precision in _precisions(args.precision, model):
             for streams in args.streams:
                 rows.append(
                     measure_sharnn(
                         name,
-                        f"sharnn B={streams}" + (" bf16" if precision == "bf16" else ""),
+                        f"sharnn B={streams} {precision}",
                         data,
                         lambda d, b=streams, p=precision: compress(
                             d, model, streams=b, threads=args.threads, precision=p
@@ -459,6 +491,12 @@ def measure_files(args: argparse.Namespace, model: SHARNN | None, settings) -> t
     return files, rows
 
 
+def _precisions(chosen: list[str], model: SHARNN | None) -> list[str]:
+    """The model rows' precisions: ``chosen`` for an SHA-RNN, fp32 alone for a Transformer
+    (it has no inference step), none without a model."""
+    return [] if model is None else chosen if isinstance(model, SHARNN) else ["fp32"]
+
+
 def main():
     args, model, settings = parse_arguments()
     if model is None:
@@ -481,6 +519,10 @@ def main():
             ("decompress_bytes_per_s", "decompress B/s", ",.0f"),
         ],
     )
+    sizes = size_targets(rows)
+    if sizes:
+        print("\nsize of the integer step's files against the fp32 step's:")
+        print_targets(sizes, ".4f")
     positions = None
     if isinstance(model, SHARNN):
         positions = measure_positions(model, args.batch, args.positions, args.repeats)
@@ -496,6 +538,7 @@ def main():
         "online": None if settings is None else {"streams": args.online_streams, "overrides": args.overrides},
         "baseline_repeats": REPEATS,
         "rows": rows,
+        "size_targets": sizes,
         "per_position": positions,
     }
     target = write_json(result, "compression.json", args.json)

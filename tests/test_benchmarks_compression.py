@@ -72,7 +72,8 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(compression_run):
     assert result["files"] == {"enwik8-head-test": 3000}
     assert result["environment"]["device"] == "cpu"
     rows = {row["compressor"]: row for row in result["rows"]}
-    assert set(rows) == BASELINES | {"sharnn B=1", "sharnn B=4", "sharnn online B=8"}
+    model_rows = {f"sharnn B={b} {p}" for b in (1, 4) for p in ("integer", "fp32")}
+    assert set(rows) == BASELINES | model_rows | {"sharnn online B=8"}
     assert len(result["rows"]) == len(rows)
     for row in rows.values():
         assert row["file"] == "enwik8-head-test" and row["bytes"] == 3000
@@ -81,15 +82,22 @@ def test_compression_benchmark_runs_and_writes_json_and_plot(compression_run):
         assert row["compress_bytes_per_s"] > 0 and row["decompress_bytes_per_s"] > 0
     for name in BASELINES:
         assert rows[name]["repeats"] == 3
-    for name in ("sharnn B=1", "sharnn B=4", "sharnn online B=8"):
+    for name in (*model_rows, "sharnn online B=8"):
         assert rows[name]["repeats"] == 1 and 0 < rows[name]["header_bytes"] < rows[name]["size"]
+    sizes = {t["target"]: t for t in result["size_targets"]}
+    assert set(sizes) == {f"enwik8-head-test B={b} integer <= 1.01x fp32 size" for b in (1, 4)}
+    for name, target in sizes.items():
+        compressor = name.split()[1] + " integer"
+        ratio = rows[f"sharnn {compressor}"]["size"] / rows[f"sharnn {compressor[:-8]} fp32"]["size"]
+        assert target["measured"] == ratio and target["pass"] is (ratio <= 1.01)
     assert png.stat().st_size > 0
 
 
 def test_per_position_section_times_every_path_against_the_floor(compression_run):
     done, result, _ = compression_run
     bf16 = bool(set(BF16_PRODUCTS) & set(cpu_features()))
-    paths = ["floor", *["floor onednn"] * ONEDNN, "forward", "step fp32", *["step bf16"] * bf16, "generate"]
+    paths = ["floor", *["floor onednn"] * ONEDNN, "forward", "step fp32", "step integer"]
+    paths += [*["step bf16"] * bf16, "generate"]
     table = re.findall(r"^(\d+) +(\w+(?: \w+)?) +([\d.]+) +([\d,]+) +([\d.]+)$", done.stdout, re.MULTILINE)
     assert [(int(b), path) for b, path, *_ in table] == [(b, path) for b in (1, 8) for path in paths]
     assert ("no step bf16 rows" in done.stdout) is not bf16
@@ -115,6 +123,7 @@ def test_per_position_section_times_every_path_against_the_floor(compression_run
         "step fp32 B=8 <= 0.8x fp32 floor",
         "generate B=1 <= 1.1x step fp32",
         "generate B=8 <= 1.1x step fp32",
+        "step integer B=8 <= 1.0x step fp32",
     }
     for name, target in targets.items():
         assert target["measured"] > 0 and target["pass"] is (target["measured"] <= float(name.split("<= ")[1][:3]))
@@ -133,11 +142,12 @@ def test_per_position_section_skips_bf16_with_a_note_on_a_cpu_without_it(monkeyp
     note = "this CPU has no bf16 instructions (avx512_bf16 or amx_bf16; it has avx2 avx512f)"
     assert section["bf16_skipped"] == note and f"note: {note}: no step bf16 rows" in out
     assert [row["path"] for row in section["rows"]] == [
-        "floor", *["floor onednn"] * ONEDNN, "forward", "step fp32", "generate"
+        "floor", *["floor onednn"] * ONEDNN, "forward", "step fp32", "step integer", "generate"
     ]  # fmt: skip
     assert [t["target"] for t in section["targets"]] == [
         "step fp32 B=32 <= 1.2x fp32 floor",
         "generate B=32 <= 1.1x step fp32",
+        "step integer B=32 <= 1.0x step fp32",
     ]
 
 
