@@ -90,6 +90,12 @@ def exp_table() -> Tensor:
     return torch.tensor(values, dtype=torch.float64)
 
 
+@cache
+def _on(table, device: torch.device) -> Tensor:
+    """``table()`` on ``device``, copied there once."""
+    return table().to(device)
+
+
 def lookup(
     table: Tensor, x: Tensor, resolution: float, limit: int | Tensor, centre: int | Tensor | None = None
 ) -> Tensor:
@@ -110,12 +116,12 @@ def largest_magnitude(x: Tensor) -> Tensor:
 
 def sigmoid(x: Tensor) -> Tensor:
     """``sigmoid(x)`` of ``x`` rounded to a multiple of 1/1024 (within 2.5e-4 of the exact one)."""
-    return lookup(sigmoid_table(), x, TABLE_RESOLUTION, SIGMOID_RANGE * TABLE_RESOLUTION)
+    return lookup(_on(sigmoid_table, x.device), x, TABLE_RESOLUTION, SIGMOID_RANGE * TABLE_RESOLUTION)
 
 
 def tanh(x: Tensor) -> Tensor:
     """``tanh(x)`` of ``x`` rounded to a multiple of 1/1024 (within 5e-4 of the exact one)."""
-    return lookup(tanh_table(), x, TABLE_RESOLUTION, TANH_RANGE * TABLE_RESOLUTION)
+    return lookup(_on(tanh_table, x.device), x, TABLE_RESOLUTION, TANH_RANGE * TABLE_RESOLUTION)
 
 
 @cache
@@ -139,7 +145,7 @@ def exp_weights(gaps: Tensor) -> Tensor:
     """``EXP_ONE * exp(-gap)`` as integers (float64) for ``gaps >= 0`` in nats, each gap
     rounded to a multiple of 1/256; a gap past the table weighs 1."""
     index = torch.round(gaps * EXP_RESOLUTION).clamp_(0, EXP_ENTRIES - 1).int()
-    return exp_table().to(gaps.device).index_select(0, index.view(-1)).view(gaps.shape)
+    return _on(exp_table, gaps.device).index_select(0, index.view(-1)).view(gaps.shape)
 
 
 def softmax(logits: Tensor) -> Tensor:
