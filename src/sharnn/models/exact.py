@@ -185,7 +185,8 @@ def layer_norm(x: Tensor, eps: float) -> Tensor:
     """``(x - mean) / sqrt(var + eps)`` over the last dimension of ``x [B, n]`` (float32),
     without gain or bias: ``[B, n]`` float32.
 
-    Each row is scaled by a power of two so its largest entry lies in [2**14, 2**15) and
+    Each row is scaled by a power of two so its largest entry lies in [2**(b-1), 2**b) (``b`` =
+    17, fewer for ``n`` > 512, so that ``n^2 q^2 < 2**53``) and
     rounded to integers ``q``; ``sum q`` and ``sum q^2`` are then exact in float64, and
     ``(n q - sum q) / sqrt(n sum q^2 - (sum q)^2 + eps n^2 scale^2)`` is a few correctly
     rounded operations.
