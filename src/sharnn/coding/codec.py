@@ -275,8 +275,7 @@ def decompress(
             for an online file, whose model is rebuilt from its header.
         name: the file's name, for messages.
         progress: shows the fraction decoded.
-        threads: torch's thread count while decoding (None: the count it was coded with);
-            another count only for a portable file, which decodes alike with any.
+        threads: torch's thread count (None: the file's); another only for a portable file.
 
     Returns:
         The original bytes, every stream's CRC32 checked (a stored file's payload, its
@@ -297,12 +296,7 @@ def decompress(
     threads = decoding_threads(header, threads, name)
     if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
         return payload
-    if header.integer_step is not None and header.integer_step != INTEGER_STEP_VERSION:
-        raise DataError(
-            f"{name} was coded by integer step version {header.integer_step}; this sharnn has version "
-            f"{INTEGER_STEP_VERSION}: decompress it with the sharnn that made it"
-        )
-    check_cpu_features(header, name)
+    _check_arithmetic(header, name)
     model, online = _decoding_model(header, model, name)
     if not header.length:
         return b""
@@ -316,9 +310,8 @@ def decompress(
         with torch_threads(threads), deterministic_kernels(_device(model)):
             grid = _walk(model, lengths, code, online, progress, version, header.precision)
     except (ValueError, RuntimeError, AssertionError) as e:
-        # constriction's "out of data" on a payload that ends early, or its AssertionError on
-        # data invalid under the model: probabilities that differ from the encoder's (the
-        # payload's CRC32 passed, so the file is as it was written)
+        # constriction's "out of data" or AssertionError: probabilities that differ from the
+        # encoder's (the payload's CRC32 passed, so the file is as it was written)
         failure = f" does not decode ({(str(e).strip().splitlines() or [type(e).__name__])[0]})"
         raise _undecodable(header, name, _device(model), failure) from None
     except MemoryError:
@@ -326,6 +319,18 @@ def decompress(
             f"{name}: decoding its {header.length:,} bytes needs more memory than this machine has"
         ) from None
     return _check_streams(grid, lengths, header, name, _device(model))
+
+
+def _check_arithmetic(header: Header, name: str) -> None:
+    """Refuse, before any model is loaded, a file whose arithmetic this sharnn or this CPU
+    cannot repeat: an integer step of another version (:class:`DataError`), a bf16 file of
+    other CPU features (:func:`check_cpu_features`)."""
+    if header.integer_step is not None and header.integer_step != INTEGER_STEP_VERSION:
+        raise DataError(
+            f"{name} was coded by integer step version {header.integer_step}; this sharnn has version "
+            f"{INTEGER_STEP_VERSION}: decompress it with the sharnn that made it"
+        )
+    check_cpu_features(header, name)
 
 
 def decoding_threads(header: Header, threads: int | None, name: str = "input") -> int:
