@@ -204,3 +204,23 @@ def test_coding_threads_benchmark_times_each_thread_count_quiet_and_beside_a_nei
         assert row["ms_per_position"] > 0 and row["bytes_per_s"] == pytest.approx(2000 / row["ms_per_position"])
         assert row["threads"] != 1 or row["vs_first"] == 1
     assert re.search(r"^neighbour +2 +2 +[\d.]+ +[\d,]+ +[\d.]+$", done.stdout, re.MULTILINE)
+
+
+def test_integer_formats_benchmark_costs_each_piece_against_the_integer_step(tmp_path):
+    config = load_config("tiny", SMALL)
+    torch.manual_seed(0)
+    checkpoint = write_checkpoint(tmp_path / "ckpt", config, {"model": SHARNN(config.model).state_dict()})
+    out = tmp_path / "formats.json"
+    script = ROOT / "benchmarks" / "integer_formats.py"
+    command = [sys.executable, script, "--model", checkpoint, "--bytes", "300", "--streams", "3", "--json", out]
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {row["variant"]: row for row in json.loads(out.read_text())["rows"]}
+    pieces = ["products", "layer norms", "tables", "attention", "output softmax"]
+    assert list(rows) == ["fp32 step", "integer step", *(f"integer, {piece} in float" for piece in pieces)]
+    integer = rows["integer step"]["bits_per_byte"]
+    assert 0 < integer < 12 and abs(integer - rows["fp32 step"]["bits_per_byte"]) < 0.05
+    for piece in pieces:
+        row = rows[f"integer, {piece} in float"]
+        assert row["cost_of_the_piece"] == pytest.approx(integer - row["bits_per_byte"])
+    assert rows["fp32 step"]["cost_of_the_piece"] is None and "cost of the piece" in done.stdout
