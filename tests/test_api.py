@@ -72,6 +72,7 @@ def test_generate_text_refuses_at_the_call_not_the_first_token(run_dir, tmp_path
         sharnn.generate_text(tmp_path / "nothing")
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_compress_file_and_decompress_file_round_trip(run_dir, tmp_path):
     source, packed, unpacked = tmp_path / "text.txt", tmp_path / "text.shz", tmp_path / "text.out"
     data = sharnn.load_corpus(sharnn.load(run_dir).config.data).test[:3000].tobytes()

@@ -146,6 +146,7 @@ def test_the_bundled_grid_and_presets():
     assert load_config("ablation-transformer").model.architecture == "transformer"
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_the_paper_scale_grid_loads_with_the_same_variants():
     """benchmarks/ablations-paper.yaml (docs/ablations.md) plans the small grid's variants
     at the paper's sizes, its Transformer within 3% of the SHA-RNN's parameters."""

@@ -90,6 +90,7 @@ def test_stream_lengths_cut_the_file_into_contiguous_nearly_equal_streams():
     ],
     ids=["empty-1", "empty-8", "one-byte-1", "one-byte-8", "utf8-1", "utf8-7", "binary-5"],
 )
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_round_trip_is_byte_exact(model, data, streams):
     assert len(TEXT) % 7 != 0
     blob = coded(data, model, streams=streams)
@@ -102,6 +103,7 @@ def test_round_trip_is_byte_exact(model, data, streams):
     assert decompress(smaller, model) == data
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_64_kb_of_random_bytes_round_trip(model):
     data = np.random.default_rng(0).integers(0, 256, 65_536, dtype=np.uint8).tobytes()
     blob = coded(data, model, streams=64)
@@ -110,6 +112,7 @@ def test_64_kb_of_random_bytes_round_trip(model):
     assert 8.0 <= 8 * len(blob) / len(data) < 8.5
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_online_mode_round_trip_without_a_model_file():
     config = online_config(TINY_ONLINE)
     data = TEXT * 3
@@ -121,6 +124,7 @@ def test_online_mode_round_trip_without_a_model_file():
     assert 8 * len(payload) / len(data) < 5
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_online_mode_with_adamw_round_trips_and_records_its_optimizer():
     config = online_config([*TINY_ONLINE, "optimizer=adamw", "lr=0.001"])
     data = TEXT * 3
@@ -159,6 +163,7 @@ def test_compress_help_states_the_default_streams():
     assert stated in " ".join(result.stdout.split())
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_compress_codes_on_one_thread_by_default_and_records_the_count_given(model):
     data = TEXT * 10  # 9,000 bytes: two streams by default
     before = torch.get_num_threads()
@@ -249,6 +254,7 @@ def test_cli_round_trip_reports_sizes_and_rate(tmp_path, run_dir):
     assert _files_besides(tmp_path, "text.txt", "text.shz", "text.out") == []  # no temporary files left
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_cli_standard_input_and_output(run_dir):
     from click.testing import CliRunner
 
@@ -318,6 +324,7 @@ def test_cli_another_model_is_refused(tmp_path, packed, other_model_dir):
     _refused(tmp_path, packed, other_model_dir, "not the model it was compressed with")
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
     source = tmp_path / "text.txt"
     before = packed.read_bytes()

@@ -196,6 +196,7 @@ def version(blob: bytes) -> int:
     return int.from_bytes(blob[8:10], "little")
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 @pytest.mark.parametrize("streams", [1, 3, 8])
 @pytest.mark.parametrize("data", [b"", b"x", RANDOM, TEXT], ids=["empty", "one-byte", "random", "text"])
 def test_version_4_round_trips_byte_exactly_through_the_command_line(tmp_path, run_dir, data, streams):

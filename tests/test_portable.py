@@ -151,6 +151,7 @@ def test_the_integer_step_is_the_float_step_within_its_rounding(tmp_path_factory
 # ---------------------------------------------------------------------------- files across settings
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_a_portable_file_from_another_machine_decodes_here_byte_for_byte():
     """tests/data/v4-shipped.shz was compressed by the shipped model (3 streams, 1 thread) on
     an AMD EPYC with AVX2 under torch 2.13.0: whatever machine runs this decodes it."""
@@ -227,6 +228,7 @@ def test_a_float_file_keeps_its_thread_count_and_a_portable_one_takes_any(tmp_pa
             codec.decompress(portable, model, threads=wrong)
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_the_settings_are_real_ones():
     """Each environment variable of :data:`SETTINGS` is one torch or oneDNN reads (a typo
     would test nothing): the capability a child process reports follows it."""

@@ -95,6 +95,7 @@ def test_eval_of_a_file_uses_the_default_model(shipped, tmp_path):
     assert "bits per byte" in default.stdout
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_compress_with_no_model_round_trips_and_decodes_with_no_model(shipped, tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(bytes(range(256)) + b"Wikipedia is a free online encyclopedia.\r\n" * 30)
@@ -106,6 +107,7 @@ def test_compress_with_no_model_round_trips_and_decodes_with_no_model(shipped, t
     assert (tmp_path / "named.shr").read_bytes() == (tmp_path / "text.shr").read_bytes()
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_a_file_of_another_shipped_model_decodes_with_no_model(shipped, tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(b"<page><title>Anarchism</title>\n" * 20)
@@ -114,6 +116,7 @@ def test_a_file_of_another_shipped_model_decodes_with_no_model(shipped, tmp_path
     assert (tmp_path / "back.txt").read_bytes() == source.read_bytes()
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_a_file_of_a_model_not_shipped_needs_it_named(shipped, run_dir, tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(b"<page><title>Anarchism</title>\n" * 20)

@@ -177,6 +177,7 @@ def whole_text_bits(model: SHARNN, ids: np.ndarray) -> float:
     return F.cross_entropy(logits.flatten(0, 1), tokens[1:].flatten(), reduction="sum").item() / math.log(2)
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_one_total_gives_bits_per_byte_and_word_perplexity_for_every_tokenization():
     lines = text("test").split(b"\n")[:40]
     sample = b"\n".join(lines) + b"\n"
@@ -216,6 +217,7 @@ def test_several_streams_count_the_bytes_of_exactly_the_predicted_tokens():
 WORDS_RUN = [*SMALL, "model.vocab_size=33278", "sample_bytes=5"]
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_a_run_on_words_reports_word_perplexity_and_carries_its_tokenizer(small_words, tmp_path):
     run = tmp_path / "run"
     result = cli(
@@ -259,6 +261,7 @@ def test_a_model_vocabulary_that_is_not_the_tokenizers_is_refused(small_words, t
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_a_prompt_word_outside_the_vocabulary_is_one_line(small_words, tmp_path):
     run = tmp_path / "run"
     assert_ok(
@@ -459,6 +462,7 @@ def files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_a_trained_words_model_refuses_a_bytes_corpus_in_every_command(small_words, tmp_path, monkeypatch):
     data, run = tmp_path / "data", tmp_path / "run"
     shutil.copytree(small_words, data)

@@ -1024,6 +1024,7 @@ def test_tiny_preset_learns_enwik8(tmp_path):
     assert math.isfinite(summary["test_bpc"])
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_bf16_autocast_trains_on_cpu(tmp_path):
     """precision=bf16 runs the model under autocast (CPU here) and still learns finitely."""
     config = load_config(

@@ -141,6 +141,7 @@ def test_export_and_from_pretrained_give_the_same_logits(tmp_path, transformer_r
     assert_ok(cli("eval", tmp_path / "exported"))
 
 
+@pytest.mark.slow  # a few seconds: out of the working loop
 def test_compress_with_a_transformer_round_trips_and_online_mode_refuses_it(tmp_path, transformer_run, corpus_file):
     source = tmp_path / "in.txt"
     source.write_bytes(corpus_file.read_bytes()[:1500])
