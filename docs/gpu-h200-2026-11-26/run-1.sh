@@ -1,9 +1,10 @@
 # GPU checks for this session, in priority order; each step bounded, logs to $OUT.
 set -o pipefail
-export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
+export PYTHONUNBUFFERED=1 OUT=${OUT:?set OUT to an output folder}
 mkdir -p $OUT
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .devwhl/*.whl
-export PYTHONPATH=$PWD/src:$PWD/.devsite:/tmp/site
+SITE=$(mktemp -d)  # the wheels the machine lacked, installed for this run only
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .devwhl/*.whl
+export PYTHONPATH=$PWD/src:$PWD/.devsite:$SITE
 START=$(date +%s)
 left() { echo $(( ${BUDGET:-540} - ($(date +%s) - START) )); }
 { nvidia-smi -L; python3 -c "import torch,sys;print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda')"; lscpu | grep -E "Model name|Flags" | sed 's/Flags:.*\(avx512_bf16\|amx_bf16\).*/Flags: has \1/' ; } > $OUT/env.txt 2>&1

@@ -1,9 +1,10 @@
 # Third GPU call: the fast path's generation after the bf16-step fix, and training at 64 streams.
 set -o pipefail
-export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
+export PYTHONUNBUFFERED=1 OUT=${OUT:?set OUT to an output folder}
 mkdir -p $OUT
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .devwhl/*.whl
-export PYTHONPATH=$PWD/src:$PWD/.devsite:/tmp/site
+SITE=$(mktemp -d)  # the wheels the machine lacked, installed for this run only
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .devwhl/*.whl
+export PYTHONPATH=$PWD/src:$PWD/.devsite:$SITE
 { nvidia-smi -L; python3 -c "import torch,sys;print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())"; } > $OUT/env.txt 2>&1
 echo "== pytest"
 timeout 120 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rs tests/test_cuda.py 2>&1 | tee $OUT/pytest-3.log | tail -8

@@ -1,5 +1,6 @@
-export PYTHONPATH=$PWD/src:$PWD/.devsite:/tmp/site:$PWD/tests
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .devwhl/*.whl
+export PYTHONPATH=$PWD/src:$PWD/.devsite:$SITE:$PWD/tests
+SITE=$(mktemp -d)  # the wheels the machine lacked, installed for this run only
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .devwhl/*.whl
 timeout 90 python3 - <<'PY' 2>&1 | tail -5 | tee $OUT/cuda-digest.log
 import hashlib, torch
 from test_portable import DIGEST, _patterned_model, _step_digest

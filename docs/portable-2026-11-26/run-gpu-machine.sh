@@ -1,10 +1,11 @@
 # Portable files on another kind of machine: the GPU machine's Intel Xeon (AVX-512, AMX) under
 # its own torch (2.11.0+cu130), decoding what an AMD EPYC (AVX2) under torch 2.13.0 wrote.
 set -o pipefail
-export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
+export PYTHONUNBUFFERED=1 OUT=${OUT:?set OUT to an output folder}
 mkdir -p $OUT
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .devwhl/*.whl
-export PYTHONPATH=$PWD/src:$PWD/.devsite:/tmp/site:$PWD/tests
+SITE=$(mktemp -d)  # the wheels the machine lacked, installed for this run only
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .devwhl/*.whl
+export PYTHONPATH=$PWD/src:$PWD/.devsite:$SITE:$PWD/tests
 { python3 -c "import torch,sys;print(sys.version.split()[0], torch.__version__, torch.backends.cpu.get_cpu_capability(), torch.cuda.get_device_name())"; lscpu | grep "Model name"; } > $OUT/env.txt 2>&1
 cat $OUT/env.txt
 echo "== pytest tests/test_portable.py (the slow cross-setting test included)"
