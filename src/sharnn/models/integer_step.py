@@ -35,7 +35,7 @@ from . import exact
 from .exact import ExactLinear
 from .lstm import LayerNormLSTM
 from .sharnn import SHARNN, Block
-from .step import GELU_SLOPE, TABLE_MAX_ROWS, gate_weights, linear
+from .step import GELU_SLOPE, TABLE_MAX_ROWS, gate_weights, linear, zero_state
 
 INTEGER_STEP_VERSION = 1  # what a format-4 file records; a change to any number below makes a new version
 
@@ -107,14 +107,8 @@ class IntegerStep:
                 "TF32?), so the integer step cannot be exact here"
             )
         self.model, self.streams, self.limit = model, streams, positions
-        self.slots = span if positions is None else max(1, min(span, positions))
-        weight, d = model.embedding.weight, model.config.d_model
         self.position = 0
-        self.lstm = [tuple(weight.new_zeros(streams, d) for _ in "hc") for _ in model.blocks]
-        self.memory = [
-            None if block.attention is None else weight.new_zeros(streams, self.slots, d, dtype=torch.float64)
-            for block in model.blocks
-        ]
+        self.slots, self.lstm, self.memory = zero_state(model, streams, positions, torch.float64)
         self.refresh()
 
     @torch.no_grad()

@@ -109,15 +109,8 @@ class Step:
         self.model, self.streams = model, streams
         self.dtype = torch.bfloat16 if precision == "bf16" else model.embedding.weight.dtype  # the products'
         self.limit = positions
-        span = model.config.attention_span
-        self.slots = span if positions is None else max(1, min(span, positions))
-        weight, d = model.embedding.weight, model.config.d_model
         self.position = 0
-        self.lstm = [tuple(weight.new_zeros(streams, d) for _ in "hc") for _ in model.blocks]
-        self.memory = [
-            None if block.attention is None else weight.new_zeros(streams, self.slots, d, dtype=self.dtype)
-            for block in model.blocks
-        ]
+        self.slots, self.lstm, self.memory = zero_state(model, streams, positions, self.dtype)
         self.refresh()
 
     @torch.no_grad()
@@ -210,6 +203,20 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, silu: bool = F
     else:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "swish" if silu else "none", [], "")
     return F.silu(result) if silu else result
+
+
+def zero_state(model: SHARNN, streams: int, positions: int | None, ring_dtype: torch.dtype):
+    """A step's starting state: ``(R, lstm, memory)``, ``R = min(attention_span,
+    positions)`` slots; per block ``(h, c)`` zeros ``[B, d]`` in the weights' dtype, and the
+    memory ring zeros ``[B, R, d]`` in ``ring_dtype`` (None for a block without attention)."""
+    span, weight, d = model.config.attention_span, model.embedding.weight, model.config.d_model
+    slots = span if positions is None else max(1, min(span, positions))
+    lstm = [tuple(weight.new_zeros(streams, d) for _ in "hc") for _ in model.blocks]
+    memory = [
+        None if block.attention is None else weight.new_zeros(streams, slots, d, dtype=ring_dtype)
+        for block in model.blocks
+    ]
+    return slots, lstm, memory
 
 
 def gate_weights(lstm: torch.nn.LSTM | LayerNormLSTM) -> tuple[Tensor, Tensor, Tensor]:
