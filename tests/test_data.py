@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from helpers import WIKITEXT2, assert_user_error, cli
-from sharnn.data.corpus import batchify, bptt_windows, get_batch, jittered_bptt, load_corpus
+from sharnn.data.corpus import batchify, bptt_windows, get_batch, jittered_bptt, load_corpus, wikipedia_mix_weight
 from sharnn.data.prepare import prepare_corpus, prepare_enwik8
 from sharnn.data.tokenizer import ByteTokenizer
 from sharnn.errors import DataError
@@ -234,6 +234,25 @@ def test_the_bundled_wikipedia_corpora_keep_each_texts_own_held_out_splits():
     assert (len(both.train), len(both.valid), len(both.test)) == (14_535_806, 1_329_384, 1_464_152)
 
 
+def test_the_weighted_wikipedia_mix_repeats_only_the_enwik8_heads_train_split():
+    """``enwik8-head*3+wikitext-2`` trains on the enwik8 head's train split three times
+    over, then WikiText-2's; its held-out splits are the unweighted mix's, and weights
+    outside 2 to 9 are not corpora."""
+    head, both, weighted = (
+        load_corpus(n) for n in ("enwik8-head", "enwik8-head+wikitext-2", "enwik8-head*3+wikitext-2")
+    )
+    assert weighted.train.tobytes() == head.train.tobytes() * 3 + both.train[len(head.train) :].tobytes()
+    assert weighted.valid.tobytes() == both.valid.tobytes() and weighted.test.tobytes() == both.test.tobytes()
+    assert [wikipedia_mix_weight(s) for s in ("enwik8-head+wikitext-2", "enwik8-head*3+wikitext-2", "enwik8-head")] == [
+        1,
+        3,
+        None,
+    ]
+    for spec in ("enwik8-head*1+wikitext-2", "enwik8-head*10+wikitext-2"):
+        with pytest.raises(DataError, match="corpus not found"):
+            load_corpus(spec)
+
+
 def test_missing_corpus_raises_data_error(tmp_path):
     with pytest.raises(DataError):
         load_corpus(str(tmp_path / "nope.txt"))
@@ -246,7 +265,7 @@ def test_missing_corpus_says_what_may_be_given_and_how_to_prepare_enwik8(tmp_pat
     assert message == (
         f"corpus not found: {str(tmp_path / 'notes.txt')!r} (give a file, a folder of files, a prepared "
         "corpus folder made by 'sharnn prepare', or a bundled name: enwik8-head, wikitext-2-bytes, "
-        "enwik8-head+wikitext-2)"
+        "enwik8-head+wikitext-2 (weighted: enwik8-head*K+wikitext-2, K from 2 to 9))"
     )
     assert "\n" not in message and "sharnn prepare enwik8" not in message
     enwik8 = str(tmp_path / "data" / "enwik8")
@@ -255,7 +274,8 @@ def test_missing_corpus_says_what_may_be_given_and_how_to_prepare_enwik8(tmp_pat
     assert str(error.value) == (
         f"corpus not found: {enwik8!r} (give a file, a folder of files, a prepared corpus "
         "folder made by 'sharnn prepare', or a bundled name: enwik8-head, wikitext-2-bytes, "
-        f"enwik8-head+wikitext-2; for enwik8 run: sharnn prepare enwik8 --out {enwik8})"
+        "enwik8-head+wikitext-2 (weighted: enwik8-head*K+wikitext-2, K from 2 to 9); "
+        f"for enwik8 run: sharnn prepare enwik8 --out {enwik8})"
     )
 
 

@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 
 from .config import TrainConfig, to_yaml
 from .config_check import shown
+from .data.corpus import wikipedia_mix_weight
 from .data.tokenizer import ByteTokenizer, Tokenizer, save_tokenizer
 from .errors import CheckpointError, ConfigError
 from .files import check_new, output_lock, publish, staging_folder
@@ -79,6 +80,7 @@ _MIX = (
     "of 2006-03-03, split 90/5/5 by position) followed by WikiText-2's (v1, tokenized, read as raw bytes): "
     "14,535,806 bytes of train text. The valid and test splits of both are held out."
 )
+_WEIGHTED = " In the train split the enwik8 head's 3,738,658 bytes come {weight} times over ({size:,} bytes in all)."
 _WIKITEXT2_SPLIT = "as WikiText-2 is: its own train, valid and test files (wiki.*.tokens)"
 
 
@@ -216,7 +218,7 @@ def card_fields(config: TrainConfig, record: dict, out: Path, curve: bool, token
         split = _ENWIK8_SPLIT
     elif meta.get("name") == "wikitext-2" or config.data == "wikitext-2-bytes":
         split = _WIKITEXT2_SPLIT
-    elif config.data == "enwik8-head+wikitext-2":
+    elif wikipedia_mix_weight(config.data):
         split = "as each corpus is: the enwik8 head's split by position (train, valid, test) then WikiText-2's own file"
     else:
         valid, test = meta.get("valid_fraction", config.valid_fraction), meta.get("test_fraction", config.test_fraction)
@@ -272,11 +274,12 @@ def _data(spec: str, meta: dict) -> tuple[dict, tuple[str, str | None]]:
         return data, _ENWIK8_DATASET
     if meta.get("name") == "wikitext-2":
         return _WIKITEXT2 | {"name": "WikiText-2"}, _WIKITEXT2_DATASET
-    if spec in ("wikitext-2-bytes", "enwik8-head+wikitext-2"):
-        both = spec != "wikitext-2-bytes"
+    if spec == "wikitext-2-bytes" or wikipedia_mix_weight(spec):
+        both, weight = spec != "wikitext-2-bytes", wikipedia_mix_weight(spec) or 1
+        weighted = _WEIGHTED.format(weight=weight, size=14_535_806 + (weight - 1) * 3_738_658) if weight > 1 else ""
         data = {
             "name": spec,
-            "description": (f"`{spec}`, bundled with sharnn: " if both else "") + (_MIX if both else _WIKITEXT2_BYTES),
+            "description": (f"`{spec}`, bundled with sharnn: {_MIX}{weighted}" if both else _WIKITEXT2_BYTES),
             "licence": _WIKIPEDIA["licence"] + (" and " + _WIKITEXT2["licence"] if both else ""),
             "license": "cc-by-sa-3.0",
             "datasets": _WIKIPEDIA["datasets"] * both + _WIKITEXT2["datasets"],

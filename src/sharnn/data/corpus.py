@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,7 +33,22 @@ BUNDLED_CORPORA = ("enwik8-head", "wikitext-2-bytes", "enwik8-head+wikitext-2")
 """The corpora in the package (``src/sharnn/corpora/README.md``): the first 4.15 MB of
 enwik8 split 90/5/5 by position; WikiText-2's own three splits as raw bytes (its ``.txt``
 files: the bytes the tokenization experiment's byte model reads); and both together, each
-split the enwik8 head's then WikiText-2's (the shipped model's training text, docs/pretrained.md)."""
+split the enwik8 head's then WikiText-2's. ``enwik8-head*K+wikitext-2`` (K from 2 to 9) is
+the same mix with the enwik8 head's train split K times over, weighting its markup against
+WikiText-2's prose (the shipped model's training text, docs/pretrained.md); its valid and
+test splits are the unweighted mix's."""
+
+_WEIGHTED_MIX = re.compile(r"enwik8-head\*([2-9])\+wikitext-2")
+
+
+def wikipedia_mix_weight(spec: str) -> int | None:
+    """How many times the bundled Wikipedia mix ``spec`` holds the enwik8 head's train split
+    (1 for ``enwik8-head+wikitext-2``, K for ``enwik8-head*K+wikitext-2``); None when
+    ``spec`` is not that mix."""
+    if spec == "enwik8-head+wikitext-2":
+        return 1
+    match = _WEIGHTED_MIX.fullmatch(spec)
+    return int(match.group(1)) if match else None
 
 
 def bundled_wikitext2() -> Path:
@@ -80,7 +96,7 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
         DataError: if the corpus does not exist (with how to prepare it, for a path named
             like enwik8), cannot be read, or is empty.
     """
-    if spec in BUNDLED_CORPORA:
+    if spec in BUNDLED_CORPORA or wikipedia_mix_weight(spec):
         return _load_bundled(spec, valid_fraction, test_fraction)
     path = Path(spec)
     if (path / "meta.json").is_file():
@@ -96,7 +112,8 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
         enwik8 = f"; for enwik8 run: sharnn prepare enwik8 --out {spec}" if path.name.startswith("enwik8") else ""
         raise DataError(
             f"corpus not found: {spec!r} (give a file, a folder of files, a prepared corpus folder made by "
-            f"'sharnn prepare', or a bundled name: {', '.join(BUNDLED_CORPORA)}{enwik8})"
+            f"'sharnn prepare', or a bundled name: {', '.join(BUNDLED_CORPORA)} (weighted: "
+            f"enwik8-head*K+wikitext-2, K from 2 to 9){enwik8})"
         )
     if len(data) == 0:
         raise DataError(f"corpus {spec} is empty")
@@ -104,12 +121,13 @@ def load_corpus(spec: str, valid_fraction: float = 0.05, test_fraction: float = 
 
 
 def _load_bundled(name: str, valid_fraction: float, test_fraction: float) -> Corpus:
-    """One of :data:`BUNDLED_CORPORA`; the enwik8 head is split by the given fractions,
-    WikiText-2 keeps its own splits."""
+    """One of :data:`BUNDLED_CORPORA` or a weighted mix; the enwik8 head is split by the
+    given fractions, WikiText-2 keeps its own splits."""
     splits = []
     if name != "wikitext-2-bytes":
         with resources.as_file(resources.files("sharnn") / "corpora" / "enwik8-head.gz") as path:
-            splits.append(split_by_position(read_bytes(path), valid_fraction, test_fraction))
+            train, valid, test = split_by_position(read_bytes(path), valid_fraction, test_fraction)
+        splits.append((np.tile(train, wikipedia_mix_weight(name) or 1), valid, test))
     if name != "enwik8-head":
         splits.append([read_bytes(bundled_wikitext2() / f"{split}.txt.gz") for split in SPLITS])
     return Corpus(*(np.concatenate(parts) for parts in zip(*splits)), source=name)
