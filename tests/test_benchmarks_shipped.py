@@ -1,4 +1,4 @@
-"""benchmarks/shipped_model.py and benchmarks/train_contention.py run as real processes at
+"""benchmarks/shipped_model.py, attention_span.py and train_contention.py run as real processes at
 toy sizes: every row present, round trips checked, the classical compressors' sizes as
 their libraries give them, the JSON and the Markdown (speed is never asserted)."""
 
@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from helpers import SMALL, SUBPROCESS_ENV
-from sharnn import SHARNN
+from sharnn import SHARNN, load_corpus
 from sharnn.config import load_config
-from sharnn.training.checkpoint import write_checkpoint
+from sharnn.evaluation import evaluate
+from sharnn.training.checkpoint import load_model, write_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 CANTERBURY = ROOT / "benchmarks" / "data" / "canterbury"
@@ -70,3 +71,26 @@ def test_train_contention_benchmark_measures_each_setting_quiet_and_busy(tmp_pat
     ]
     assert all(r["tokens_per_s"] > 0 and r["steps"] >= 1 for r in rows)
     assert [r["threads"] for r in rows if r["setting"] == "1-thread"] == [1, 1]
+
+
+def test_attention_span_benchmark_scores_each_span_and_resumes(tmp_path):
+    """benchmarks/attention_span.py: one row per span, each the BPC of the model set to that
+    span (the window cut to it where shorter); a rerun adds only the spans it lacks."""
+    text = tmp_path / "text.txt"
+    text.write_bytes((CANTERBURY / "alice29.txt").read_bytes()[:20000])
+    config = load_config("tiny", SMALL + [f"data={text}", "test_max_bytes=600"])
+    torch.manual_seed(0)
+    model = write_checkpoint(tmp_path / "ckpt", config, {"model": SHARNN(config.model).state_dict()})
+    out, figure = tmp_path / "spans.json", tmp_path / "spans.png"
+    script = ROOT / "benchmarks" / "attention_span.py"
+    run(script, "--models", model, "--multiples", "0.25", "1", "--json", out)
+    done = run(script, "--models", model, "--multiples", "0.25", "1", "4", "--json", out, "--plot", figure)
+    assert done.stderr.count(" BPC in ") == 1  # only the new span was scored
+    rows = {r["multiple"]: r for r in json.loads(out.read_text())["rows"]}
+    assert [(rows[m]["span"], rows[m]["window"]) for m in (0.25, 1, 4)] == [(12, 12), (48, 16), (192, 16)]
+    data = load_corpus(str(text)).test[:600]
+    for row in rows.values():
+        trained, _ = load_model(model)
+        expected = evaluate(trained.set_attention_span(row["span"]), data, config.test_streams, row["window"])
+        assert row["bpc"] == pytest.approx(expected.bpc, abs=1e-9) and row["bytes"] == expected.bytes == 598
+    assert figure.stat().st_size > 0 and "192" in done.stdout

@@ -202,6 +202,28 @@ def test_eval_any_file(tmp_path, run_dir):
     _assert_consistent(_numbers(result.stdout))
 
 
+def test_eval_with_another_attention_span_scores_what_the_model_computes_at_it(tmp_path, run_dir):
+    """``--attention-span`` (paper §3.1: a memory longer than the trained one) gives what
+    the model set to that span computes; a span shorter than the window is refused in one
+    line, as is a span below 1."""
+    text = tmp_path / "notes.txt"
+    text.write_bytes(bytes(read_bytes(run_dir.parent / "small.txt")[:3000]))
+    result = cli("eval", run_dir, "--file", text, "--attention-span", "160")
+    assert_ok(result)
+    assert "2 streams, windows of 16, attention span 160" in result.stdout
+    model, config = load_model(run_dir)
+    trained = evaluate(model, read_bytes(text), config.test_streams, config.bptt)
+    longer = evaluate(model.set_attention_span(160), read_bytes(text), config.test_streams, config.bptt)
+    assert f"bits per byte: {longer.bpc:.4f}" in result.stdout and longer.nats != trained.nats
+    python = sharnn.evaluate_checkpoint(run_dir, file=text, attention_span=160, quiet=True)
+    assert python.result.nats == longer.nats and python.attention_span == 160
+    assert_user_error(
+        cli("eval", run_dir, "--file", text, "--attention-span", "8"),
+        "windows of 16 tokens exceed model.attention_span (8)",
+    )
+    assert cli("eval", run_dir, "--attention-span", "0").exit_code == 2
+
+
 def test_eval_of_a_blown_up_checkpoint_prints_inf_perplexity(checkpoint_copy):
     """An output bias of 1000 on one byte: ~1000 nats on every other byte, beyond what
     e^x holds in a float; the perplexity prints as inf instead of crashing."""

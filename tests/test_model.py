@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from sharnn.errors import ConfigError
 from sharnn.models.config import SHARNNConfig
 from sharnn.models.sharnn import SHARNN, Boom, State, causal_mask, gelu
 
@@ -373,6 +374,42 @@ def test_stored_memory_is_detached_in_training():
     model = make_model(attention="all").train()
     _, state = model(random_tokens(8))
     assert all(not m.requires_grad for m in state.memory)
+
+
+@pytest.mark.parametrize("attention", ["single", "all"])
+def test_a_longer_span_set_after_training_reads_the_whole_past_like_one_window(attention):
+    """The head has no position encoding (§3.1), so a model made with a span of 16 reads
+    a memory of 40 once set to it: windows then equal one pass over the whole text, which
+    they do not at the span it was made with."""
+    model = make_model(attention=attention, attention_span=16)
+    tokens = random_tokens(40)
+    with torch.no_grad():
+        short, _ = run_windows(model, tokens, [8] * 5)
+        model.set_attention_span(40)
+        whole, _ = model(tokens)
+        chunked, state = run_windows(model, tokens, [8] * 5)
+    assert_float32_close(chunked, whole)
+    assert_differs(short[16:], whole[16:], min_diff=1e-4)
+    assert_same(short[:16], chunked[:16])  # within the old span nothing changes
+    i = model.config.attention_blocks()[0]
+    assert state.memory[i].shape[0] == 40 and model.config.attention_span == 40
+
+
+def test_a_shorter_span_cuts_the_memory_a_longer_one_left():
+    """Memory carried from a span of 40 is cut to the new span's last span - T positions:
+    the same as a model that ran at the shorter span throughout, from that window on
+    (the head in the last block, so that no LSTM state depends on the span)."""
+    model = make_model(attention=[2], attention_span=40)
+    tokens = random_tokens(40)
+    with torch.no_grad():
+        _, state = run_windows(model, tokens[:32], [8] * 4)
+        model.set_attention_span(16)
+        after, _ = model(tokens[32:], state)
+        reference = literal_model(model, tokens, [8] * 5)[32:]
+    assert_float32_close(after, reference)
+    with pytest.raises(ConfigError, match="attention_span must be >= 1"):
+        model.set_attention_span(0)
+    assert model.config.attention_span == 16
 
 
 @pytest.mark.parametrize("T", [1, 8, 20, 24])

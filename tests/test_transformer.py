@@ -27,6 +27,7 @@ from helpers import (
 )
 from sharnn import Transformer
 from sharnn.config import load_config
+from sharnn.errors import ConfigError
 from sharnn.models.build import build_model, load_pretrained, parameter_count
 from sharnn.models.config import SHARNNConfig
 from sharnn.training.trainer import train
@@ -89,6 +90,22 @@ def test_the_carried_token_state_equals_the_concatenated_sequence_and_keeps_the_
     assert torch.allclose(
         model(longer[16:20], state)[0], model(torch.cat([longer[12:20], longer[16:20]]))[0][-4:], atol=1e-6
     )
+
+
+def test_a_shorter_span_shortens_the_context_and_a_longer_one_is_refused_in_one_line(transformer_run):
+    """Learned positions stop at the trained span (12): a span of 8 reads the last 8
+    tokens, exactly as a cut context does; 13 is refused, in one line from the command too."""
+    torch.manual_seed(0)
+    model = build_model(tiny(n_layers=2)).eval()
+    tokens = torch.randint(0, 16, (12, 2))
+    _, state = model(tokens[:8])
+    model.set_attention_span(8)
+    assert torch.allclose(model(tokens[8:], state)[0], model(tokens[4:])[0][-4:], atol=1e-6)
+    with pytest.raises(ConfigError, match="exceeds this Transformer's 12 learned positions; it can read at most 12"):
+        model.set_attention_span(13)
+    result = cli("eval", transformer_run, "--attention-span", "49")
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "48 learned positions" in result.stderr
 
 
 def test_parameter_count_is_the_built_models_and_refuses_a_bad_config_in_one_line(tmp_path):

@@ -81,6 +81,7 @@ def evaluate_checkpoint(
     device: str = "auto",
     fast_path: str = "auto",
     quiet: bool = False,
+    attention_span: int | None = None,
 ) -> Evaluation:
     """Score a checkpoint (anything :func:`load` takes; None: the default shipped model) with the paper's protocol
     (docs/evaluation.md), as ``sharnn eval`` does.
@@ -95,11 +96,14 @@ def evaluate_checkpoint(
         bptt: window length in tokens (None: the run's ``bptt``).
         device, fast_path: see :meth:`sharnn.Runtime.resolve` (precision: the run's).
         quiet: show no progress on standard error.
+        attention_span: positions each window attends to, the window included (None: the
+            trained span); a SHA-RNN reads any length, a Transformer at most its trained
+            span (``set_attention_span`` of each; docs/ablations.md).
 
     Raises:
         CheckpointError: as :func:`load`; a folder without training data and no ``file``.
         ConfigError: a window the attention span cannot take; bad device settings; an
-            argument of the wrong type, ``streams`` or ``bptt`` < 1.
+            argument of the wrong type, ``streams``, ``bptt`` or ``attention_span`` < 1.
         DataError: a missing corpus or file, one too small for ``streams``, or a corpus
             made by another tokenizer than the model's.
     """
@@ -108,6 +112,7 @@ def evaluate_checkpoint(
     check_path("file", file, optional=True)
     check_count("streams", streams, 1, optional=True)
     check_count("bptt", bptt, 1, optional=True)
+    check_count("attention_span", attention_span, 1, optional=True)
     check_runtime(device, fast_path)
     model, config, tokenizer = load(path)
     count_words = False
@@ -115,6 +120,8 @@ def evaluate_checkpoint(
         if file is None:
             raise CheckpointError(f"{path} records no training data (no train_config.yaml): give --file FILE")
         config = TrainConfig(model=model.config)
+    if attention_span is not None:
+        config = dataclasses.replace(config, model=model.set_attention_span(attention_span).config)
     runtime = Runtime.resolve(device, config.precision, fast_path)
     window = _window(config, bptt)
     if file is not None:
@@ -129,7 +136,7 @@ def evaluate_checkpoint(
         result = evaluate(
             model, data, streams, window, dtype, progress=progress, tokenizer=tokenizer, count_words=count_words
         )
-    return Evaluation(result, what, streams, window, tokenizer)
+    return Evaluation(result, what, streams, window, tokenizer, attention_span)
 
 
 def generate_text(

@@ -147,18 +147,18 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 @main.command("eval")
 @console.model_argument
 @console.split_option
-@click.option(
-    "--file", "file", default=None, type=click.Path(path_type=Path), help="Evaluate on this file instead of a split."
-)
+@click.option("--file", default=None, type=click.Path(path_type=Path), help="Evaluate on this file instead of a split.")
 @console.streams_option("the run's valid_streams or test_streams; test_streams for files")
 @console.bptt_option
+@console.attention_span_option
 @console.runtime_options
-def eval_command(checkpoint, split, file, streams, bptt, device, fast_path):
+def eval_command(checkpoint, split, file, streams, bptt, span, device, fast_path):
     """Bits per byte, nats per token and perplexity of a checkpoint (a checkpoint folder,
     a run folder for its best checkpoint, an exported or save_pretrained folder, or a
     shipped model's name; without CHECKPOINT, the shipped model, docs/pretrained.md); for
     WikiText, word perplexity too (docs/tokenization.md)."""
-    click.echo(sharnn.evaluate_checkpoint(checkpoint, split, file, streams, bptt, device, fast_path).format())
+    scored = sharnn.evaluate_checkpoint(checkpoint, split, file, streams, bptt, device, fast_path, False, span)
+    click.echo(scored.format())
 
 
 @main.command()

@@ -141,6 +141,13 @@ split_option = click.option("--split", type=click.Choice(["valid", "test"]), def
 bptt_option = click.option(
     "--bptt", default=None, type=click.IntRange(min=1), help="Window length [default: the run's bptt]."
 )
+attention_span_option = click.option(
+    "--attention-span",
+    "span",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Positions a window attends to, itself included; a SHA-RNN reads any length [default: as trained].",
+)
 
 
 def streams_option(default: str = "the run's valid_streams or test_streams"):

@@ -32,21 +32,24 @@ class Loaded(NamedTuple):
 class Evaluation:
     """What :func:`evaluate_checkpoint` scored: ``result`` (bits per byte, nats per token,
     perplexities), ``data`` (the file, or ``DATA (SPLIT)``), the ``streams`` and the
-    ``window`` length (tokens) it used, and the model's ``tokenizer``."""
+    ``window`` length (tokens) it used, the model's ``tokenizer``, and the
+    ``attention_span`` it was given (None: the one it trained with)."""
 
     result: EvalResult
     data: str
     streams: int
     window: int
     tokenizer: Tokenizer
+    attention_span: int | None = None
 
     def format(self) -> str:
         """The lines ``sharnn eval`` prints: what was predicted, then bits per byte, nats per
         byte or bits per token, perplexity, and word perplexity where words are counted."""
         result, tokenizer = self.result, self.tokenizer
         unit = "bytes" if tokenizer.is_bytes else f"tokens ({tokenizer.name}: {result.bytes:,} bytes)"
+        span = "" if self.attention_span is None else f", attention span {self.attention_span:,}"
         lines = [
-            f"{self.data}: {result.tokens:,} {unit} predicted, {self.streams} streams, windows of {self.window}",
+            f"{self.data}: {result.tokens:,} {unit} predicted, {self.streams} streams, windows of {self.window}{span}",
             f"bits per byte: {result.bpc:.4f}",
         ]
         if tokenizer.is_bytes:

@@ -36,9 +36,8 @@ with the SHA-256 of its weights, a model card), strictly, through
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn as nn
@@ -463,6 +462,28 @@ class SHARNN(
                 module.memory_dtype = memory_dtype
         return self
 
+    def set_attention_span(self, span: int) -> SHARNN:
+        """Attend to ``span`` positions (the window included) from the next window on,
+        whatever span the model trained with. The head has no position encoding, so a
+        trained model reads a memory of any length (paper §3.1: "you can extend your
+        memory window indefinitely with minimal overhead"; measured in
+        docs/ablations.md, "A longer memory at test time"). A memory carried in from a
+        longer span is cut to the last ``span - T`` positions at the next window.
+
+        Returns:
+            The model, for chaining.
+
+        Raises:
+            ConfigError: ``span`` is not a positive integer.
+        """
+        config = replace(self.config, attention_span=span)
+        config.validate()
+        self.config = config
+        for module in self.modules():
+            if isinstance(module, AttentionSublayer):
+                module.span = config.attention_span
+        return self
+
     def sublayers(self) -> list[nn.Module]:
         """The attention and feed-forward sub-layers of every block, in order: the units
         that :mod:`sharnn.runtime` compiles and recomputes."""
@@ -513,7 +534,7 @@ class SHARNN(
         """What the model card (``save_pretrained``'s README.md) says of this model: its
         config, attention blocks and parameter counts (trainable and collapsed), the paper."""
         with torch.device("meta"):
-            trained = SHARNN(dataclasses.replace(self.config, collapsed=False))
+            trained = SHARNN(replace(self.config, collapsed=False))
         return {
             "config": self.config.to_dict(),
             "attention_blocks": self.config.attention_blocks(),

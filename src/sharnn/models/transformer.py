@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..config_check import shown
 from ..errors import ConfigError
 from .config import SHARNNConfig
 from .hub import HubModel
@@ -217,6 +218,26 @@ class Transformer(
         for module in self.modules():
             if isinstance(module, CausalSelfAttention):
                 module.attn_implementation = name
+        return self
+
+    def set_attention_span(self, span: int) -> Transformer:
+        """Attend to ``span`` positions (the window included) from the next window on. The
+        learned positions stop at the span the model trained with, so ``span`` may shorten
+        the context but not lengthen it (the SHA-RNN's head has no positions and may:
+        :meth:`sharnn.models.SHARNN.set_attention_span`).
+
+        Raises:
+            ConfigError: ``span`` is not a positive integer, or exceeds the learned positions.
+        """
+        trained = self.positions.num_embeddings
+        if isinstance(span, int) and span > trained:
+            raise ConfigError(
+                f"attention span {shown(span)} exceeds this Transformer's {trained:,} learned positions; "
+                f"it can read at most {trained:,}"
+            )
+        config = replace(self.config, attention_span=span)
+        config.validate()
+        self.config = config
         return self
 
     def sublayers(self) -> list[nn.Module]:
