@@ -224,3 +224,20 @@ def test_integer_formats_benchmark_costs_each_piece_against_the_integer_step(tmp
         row = rows[f"integer, {piece} in float"]
         assert row["cost_of_the_piece"] == pytest.approx(integer - row["bits_per_byte"])
     assert rows["fp32 step"]["cost_of_the_piece"] is None and "cost of the piece" in done.stdout
+
+
+def test_integer_products_benchmark_checks_the_kernels_agree_and_times_each(tmp_path):
+    out = tmp_path / "products.json"
+    script = ROOT / "benchmarks" / "integer_products.py"
+    command = [sys.executable, script, "--streams", "2", "--calls", "1", "--repeats", "1", "--json", out]
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["product"] for row in rows] == [
+        "lstm gates [2048, 1024]",
+        "boom [2048, 512]",
+        "query [512, 512]",
+        "output [256, 512]",
+    ]
+    for row in rows:
+        assert row["streams"] == 2 and row["int8_vs_fp32"] == pytest.approx(row["int8_us"] / row["fp32_us"])
