@@ -43,9 +43,11 @@ TINY_ONLINE = [
 DATA = Path(__file__).parent / "data"
 
 
-def coded(data: bytes, model, streams: int = 8, online=None, precision=None) -> bytes:
+def coded(data: bytes, model, streams: int = 8, online=None, precision=None, adapt=None) -> bytes:
     """The range-coded file of ``data``, never stored raw (to test the coder on any input)."""
-    header, payload = codec.encode(data, model, streams=streams, online=online, progress=None, precision=precision)
+    header, payload = codec.encode(
+        data, model, streams=streams, online=online, progress=None, precision=precision, adapt=adapt
+    )
     return container.pack(header) + payload
 
 
@@ -200,10 +202,24 @@ def test_code_length_is_the_models_information_content(model):
     """The range coder spends what the model predicts: the payload is within 0.5% (plus a
     few bytes of flush) of the sum of -log2 p over the bytes."""
     data = TEXT * 2
-    blob = coded(data, model, streams=2)
-    _, payload = read_header(blob)
+    blob = coded(data, model, streams=2, adapt=False)
+    header, payload = read_header(blob)
     ideal = _ideal_bits(model, data, streams=2)
     assert 8 * len(payload) == pytest.approx(ideal, rel=0.005, abs=64)
+    assert header.mixing is None and header.precision == "integer"
+
+
+def test_mixing_learns_the_file_the_second_copy_costs_little(model):
+    """By default the model is mixed with context models that learn the file as it is
+    coded: a text written twice costs far less than the model alone spends, and decodes."""
+    data = TEXT * 2
+    blob = coded(data, model, streams=2)
+    header, payload = read_header(blob)
+    assert header.mixing == 1 and header.portable
+    assert 8 * len(payload) < 0.75 * _ideal_bits(model, data, streams=2)
+    assert decompress(blob, model) == data
+    with pytest.raises(ConfigError, match="mixes the integer step's distribution, not fp32's"):
+        coded(data, model, precision="fp32", adapt=True)
 
 
 def test_a_probability_that_differs_on_the_decoder_is_a_crc_error_not_wrong_bytes(model, monkeypatch):
@@ -660,7 +676,7 @@ HOSTILE = {
     "v1-with-v2-keys": (1, _fields(), "version-1 header has unknown keys coded_bytes, storage"),
     "v2-without-storage": (2, _fields(storage=_DROP, coded_bytes=_DROP), "lacks coded_bytes, storage"),
     "v1-huge-length": (1, _fields(storage=_DROP, coded_bytes=_DROP, length=10**12), "is more than"),
-    "version-5": (5, _fields(), "format version 5; this sharnn reads versions 1, 2, 3, 4"),
+    "version-6": (6, _fields(), "format version 6; this sharnn reads versions 1, 2, 3, 4, 5"),
 }
 # Version 3 (the inference step's) has version 2's keys, checked alike, and precision.
 HOSTILE |= {f"{case}-v3": (3, *rest) for case, (version, *rest) in HOSTILE.items() if version == 2}
@@ -738,6 +754,19 @@ HOSTILE |= {
     ),
 }
 
+# Version 5 has version 4's keys and mixing, for integer files only.
+HOSTILE |= {
+    "v5-without-mixing": (5, _fields(mixing=_DROP), "version-5 header lacks mixing"),
+    "v4-with-mixing": (4, _integer(mixing=1), "version-4 header has unknown keys mixing"),
+    "fp32-mixed": (5, _fields(mixing=1), "mixing is 1 for precision fp32 (the mixing needs the integer step)"),
+    "mixing-not-a-count": (5, _integer(mixing="yes"), 'mixing is "yes", not null or an integer >= 0'),
+    "integer-online-v5": (
+        5,
+        lambda f: _integer(mode="online", online=f["online"], mixing=1)(f),
+        "precision is integer in online mode",
+    ),
+}
+
 
 @pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
 def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_blob, case):
@@ -746,6 +775,8 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     version, change, fragment = HOSTILE[case]
     header, payload = read_header(online_blob)
     fields = dataclasses.asdict(header)
+    if version < 5:  # keys of version 5 only
+        del fields["mixing"]
     if version < 4:  # keys of version 4 only
         del fields["portable"], fields["integer_step"]
     if version < 3:  # keys of version 3 only

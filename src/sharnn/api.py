@@ -1,8 +1,7 @@
 """What each ``sharnn`` command does, callable from Python with the command's defaults:
 the command line (:mod:`sharnn.cli`) parses its options, calls one of these and prints.
 
-- :func:`load`: a checkpoint, run folder (its best checkpoint) or exported /
-  ``save_pretrained`` folder, with its train config and tokenizer;
+- :func:`load`: a checkpoint, run folder (its best checkpoint), exported folder or shipped model;
 - :func:`evaluate_checkpoint` (``sharnn eval``), :func:`generate_text` (``sharnn
   generate``), :func:`analyze_tokenization` (``sharnn analyze tokenization``),
   :func:`compress_file` and :func:`decompress_file` (``sharnn compress`` /
@@ -115,7 +114,6 @@ def evaluate_checkpoint(
     check_count("attention_span", attention_span, 1, optional=True)
     check_runtime(device, fast_path)
     model, config, tokenizer = load(path)
-    count_words = False
     if config is None:  # a plain save_pretrained folder: no data recorded; the paper's protocol for a file
         if file is None:
             raise CheckpointError(f"{path} records no training data (no train_config.yaml): give --file FILE")
@@ -124,12 +122,7 @@ def evaluate_checkpoint(
         config = dataclasses.replace(config, model=model.set_attention_span(attention_span).config)
     runtime = Runtime.resolve(device, config.precision, fast_path)
     window = _window(config, bptt)
-    if file is not None:
-        data, what, default_streams = tokenizer.ids(bytes(read_bytes(file))), str(file), config.test_streams
-    else:
-        corpus = _corpus(config, model, tokenizer)
-        data, what, count_words = corpus.split(split), f"{config.data} ({split})", corpus.words is not None
-        default_streams = config.valid_streams if split == "valid" else config.test_streams
+    data, what, count_words, default_streams = _scored(config, model, tokenizer, file, split)
     streams = streams or default_streams
     with ProgressDisplay("eval", enabled=not quiet) as progress:
         model, dtype = runtime.prepare(model), runtime.autocast_dtype
@@ -137,6 +130,16 @@ def evaluate_checkpoint(
             model, data, streams, window, dtype, progress=progress, tokenizer=tokenizer, count_words=count_words
         )
     return Evaluation(result, what, streams, window, tokenizer, attention_span)
+
+
+def _scored(config: TrainConfig, model: LanguageModel, tokenizer: Tokenizer, file, split: str):
+    """What :func:`evaluate_checkpoint` scores: the ids of ``file`` or of the run's ``split``,
+    what to call them, whether words are counted, and the run's streams for them."""
+    if file is not None:
+        return tokenizer.ids(bytes(read_bytes(file))), str(file), False, config.test_streams
+    corpus = _corpus(config, model, tokenizer)
+    streams = config.valid_streams if split == "valid" else config.test_streams
+    return corpus.split(split), f"{config.data} ({split})", corpus.words is not None, streams
 
 
 def generate_text(
@@ -304,6 +307,7 @@ def compress_file(
     precision: str | None = None,
     force: bool = False,
     quiet: bool = False,
+    adapt: bool | None = None,
 ) -> Coding:
     """Compress the file ``source`` to ``dest`` (``-``: standard input or output), exactly
     invertible by :func:`decompress_file` (docs/compression.md), as ``sharnn compress``.
@@ -320,6 +324,7 @@ def compress_file(
             type with the same library versions).
         precision: ``integer`` (the default with a model: a file that decodes anywhere),
             ``fp32`` (the default online) or ``bf16``, as :func:`sharnn.coding.codec.compress`.
+        adapt: mix the model with context models that learn the file (None: with integer), as there.
         force: replace ``dest`` if it is a file or a symbolic link (the link, not its target).
         quiet: show no progress on standard error.
 
@@ -344,9 +349,8 @@ def compress_file(
         predictor, config = _predictor(model, online, settings, device)
         started = time.perf_counter()
         with ProgressDisplay("compress", enabled=not quiet) as progress:
-            blob = encode(
-                data, predictor, streams=streams, threads=threads, online=config, progress=progress, precision=precision
-            )
+            options = {"streams": streams, "threads": threads, "precision": precision, "adapt": adapt}
+            blob = encode(data, predictor, online=config, progress=progress, **options)
         write_output(dest, blob)
         seconds = time.perf_counter() - started
     return Coding(len(data), len(blob), seconds, read_header(blob, str(dest))[0], compressed=True)

@@ -220,22 +220,12 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
 @console.force_dest_option
 @console.quiet_option
 @click.argument("overrides", nargs=-1)
-def compress(source, dest, model_path, online, streams, threads, device, precision, force, quiet, overrides):
+def compress(source, dest, model_path, online, streams, threads, device, adapt, precision, force, quiet, overrides):
     """Compress SOURCE to DEST (`-`: standard input or output) with a model, exactly
     invertible by `sharnn decompress` (docs/compression.md)."""
-    done = sharnn.compress_file(
-        source,
-        dest,
-        model_path,
-        online=online,
-        settings=overrides,
-        streams=streams,
-        threads=threads,
-        device=device,
-        precision=precision,
-        force=force,
-        quiet=quiet,
-    )
+    coding = {"streams": streams, "threads": threads, "device": device, "precision": precision, "adapt": adapt}
+    options = {"online": online, "settings": overrides, "force": force, "quiet": quiet} | coding
+    done = sharnn.compress_file(source, dest, model_path, **options)
     click.echo(done.format(source), err=str(dest) == "-")
 
 

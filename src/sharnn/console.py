@@ -178,7 +178,7 @@ decoding_threads_option = click.option(
 
 
 def coding_options(command):
-    """The --threads, --device and --precision options of compress: what the file records
+    """The --threads, --device, --adapt and --precision options of compress: what the file records
     and its decoding repeats (docs/compression.md)."""
     command = click.option(
         "--precision",
@@ -187,6 +187,12 @@ def coding_options(command):
         help="integer (the default with a model): the integer step, a file that decodes on any machine; fp32 (the "
         "default online): the float step, a file that decodes on the same kind of machine only; bf16: its products "
         "in bfloat16 on a CPU with bf16 instructions, decoded only on a CPU with the same features.",
+    )(command)
+    command = click.option(
+        "--adapt/--no-adapt",
+        default=None,
+        help="Mix the model with context models that learn the file as it is coded [default: with --precision "
+        'integer] (docs/compression.md, "Adapting to the file"); --no-adapt: the model alone.',
     )(command)
     command = click.option(
         "--device",

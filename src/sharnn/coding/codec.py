@@ -48,6 +48,7 @@ import torch
 
 from ..config import TrainConfig, load_config
 from ..errors import CheckpointError, ConfigError, DataError
+from ..models import exact
 from ..models.build import model_sha256
 from ..models.integer_step import INTEGER_STEP_VERSION, IntegerStep
 from ..models.sharnn import SHARNN
@@ -63,6 +64,7 @@ from .environment import (
     environment,
     torch_threads,
 )
+from .mixing import MIXING_VERSION, AdaptiveMixer
 from .online import ONLINE_STREAMS, OnlineLearner, online_model, online_settings
 
 START_BYTE = 10  # every stream starts after a newline
@@ -110,6 +112,7 @@ def compress(
     online: TrainConfig | None = None,
     progress: ProgressDisplay | None = None,
     precision: str | None = None,
+    adapt: bool | None = None,
 ) -> bytes:
     """Compress ``data``.
 
@@ -131,10 +134,12 @@ def compress(
             decodes on the same kind of machine only; ``"bf16"``: its products in bfloat16
             (an SHA-RNN on a CPU with bf16 instructions, :data:`BF16_PRODUCTS`), its file
             decoded only on a CPU of the same :func:`cpu_features`.
+        adapt: mix the model's distribution with context models that learn the file as
+            it is coded (:mod:`sharnn.coding.mixing`; None: with precision integer).
 
     Returns:
         The compressed file's bytes: a header (format version :func:`written_version`:
-        4 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
+        5 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
         would be larger, the header and ``data`` itself (``read_header(blob)[0].storage``
         is then ``"stored"`` and ``.coded_bytes`` the coded file's size), at most
         ``len(data)`` plus the header.
@@ -142,14 +147,17 @@ def compress(
     Raises:
         ConfigError: ``streams`` < 1, ``threads`` outside 1 to 1024, a model that is not
             byte-level, an unknown precision, integer or bf16 for a Transformer, integer
-            in online mode, bf16 off the CPU or on a CPU without bf16 instructions.
+            in online mode, bf16 off the CPU or on a CPU without bf16 instructions;
+            ``adapt`` with another precision than integer.
     """
     if streams is None:
         streams = default_streams(len(data), online is not None)
     if not 1 <= threads <= MAX_THREADS:
         raise ConfigError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
     with torch_threads(threads):
-        header, payload = encode(data, model, streams=streams, online=online, progress=progress, precision=precision)
+        header, payload = encode(
+            data, model, streams=streams, online=online, progress=progress, precision=precision, adapt=adapt
+        )
     version = written_version(model)
     coded = pack(header, version) + payload
     stored = _stored(header, data, version, len(coded))
@@ -179,12 +187,16 @@ def encode(
     online: TrainConfig | None,
     progress: ProgressDisplay | None,
     precision: str | None = None,
+    adapt: bool | None = None,
 ) -> tuple[Header, bytes]:
     """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
     if precision is None:
         precision = default_precision(model, online)
     if streams < 1:
         raise ConfigError(f"streams must be >= 1, got {streams}")
+    if adapt and precision != "integer":
+        raise ConfigError(f"adapting to the file mixes the integer step's distribution, not {precision}'s")
+    mixing = MIXING_VERSION if adapt or (adapt is None and precision == "integer") else None
     _check_byte_model(model)
     _check_precision(model, precision, online is not None)
     lengths = stream_lengths(len(data), streams)
@@ -200,7 +212,7 @@ def encode(
         return symbols
 
     with deterministic_kernels(_device(model)):
-        _walk(model, lengths, code, online, progress, written_version(model), precision)
+        _walk(model, lengths, code, online, progress, written_version(model), precision, mixing)
     payload = encoder.get_compressed().astype("<u4").tobytes()
     starts = np.cumsum([0, *lengths])
     header = Header(
@@ -216,6 +228,7 @@ def encode(
         precision=precision,
         portable=precision == "integer",
         integer_step=INTEGER_STEP_VERSION if precision == "integer" else None,
+        mixing=mixing,
     )
     return header, payload
 
@@ -308,7 +321,7 @@ def decompress(
 
     try:
         with torch_threads(threads), deterministic_kernels(_device(model)):
-            grid = _walk(model, lengths, code, online, progress, version, header.precision)
+            grid = _walk(model, lengths, code, online, progress, version, header.precision, header.mixing)
     except (ValueError, RuntimeError, AssertionError) as e:
         # constriction's "out of data" or AssertionError: probabilities that differ from the
         # encoder's (the payload's CRC32 passed, so the file is as it was written)
@@ -329,6 +342,11 @@ def _check_arithmetic(header: Header, name: str) -> None:
         raise DataError(
             f"{name} was coded by integer step version {header.integer_step}; this sharnn has version "
             f"{INTEGER_STEP_VERSION}: decompress it with the sharnn that made it"
+        )
+    if header.mixing is not None and header.mixing != MIXING_VERSION:
+        raise DataError(
+            f"{name} was mixed by mixing version {header.mixing}; this sharnn has version {MIXING_VERSION}: "
+            "decompress it with the sharnn that made it"
         )
     check_cpu_features(header, name)
 
@@ -433,6 +451,7 @@ def _walk(
     progress: ProgressDisplay | None,
     version: int,
     precision: str,
+    mixing: int | None = None,
 ) -> np.ndarray:
     """Walk the streams in lockstep, one position at a time, for both directions.
 
@@ -444,7 +463,8 @@ def _walk(
     the model's forward on ``[1, B]`` (:data:`FORWARD_VERSIONS`). In online
     mode, every ``bptt`` positions the model takes one optimizer step on the window just
     coded, and the step is prepared again from the new weights, before coding on. ``progress`` is given the
-    fraction of positions done.
+    fraction of positions done. With ``mixing``, the integer step's distribution is mixed
+    with context models (:class:`AdaptiveMixer`), which learn every coded byte.
 
     Returns:
         ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
@@ -459,13 +479,17 @@ def _walk(
     if not rows:  # an empty file: no position to compute
         return grid[1:].astype(np.uint8)
     position, to_probabilities = _position_step(model, len(lengths), rows, version, precision)
+    mixer = None if mixing is None else AdaptiveMixer(len(lengths))
     for t in range(rows):
         if learner is not None and t > 0 and t % online.bptt == 0:
             learner.learn(torch.from_numpy(grid[t - online.bptt : t + 1]).to(device))
             position.refresh()
-        probs = to_probabilities(position(torch.from_numpy(grid[t]).to(device)))
+        logits = position(torch.from_numpy(grid[t]).to(device))
+        probs = to_probabilities(logits) if mixer is None else mixer.mix(exact.log_weights(logits).cpu().numpy())
         running = longer if t == rows - 1 else len(lengths)
         grid[t + 1, :running] = code(t, probs[:running])
+        if mixer is not None:
+            mixer.update(grid[t + 1, :running])
         if progress is not None and t % _PROGRESS_EVERY == 0:
             progress.update(t / rows)
     return grid[1:].astype(np.uint8)

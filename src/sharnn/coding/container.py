@@ -22,16 +22,17 @@ MAGIC = b"\x89sharnn\n"
 
 
 # The version compress() writes for an SHA-RNN, whose positions an inference step computes
-# (version 4: the integer step by default, its files portable; version 3: the float step
+# (version 5: the integer step mixed with context models that adapt to the file, by
+# default; version 4: the integer step, its files portable; version 3: the float step
 # only); a Transformer's files, computed by its forward, keep version 2. Versions 1 (no
 # storage keys) and 2 decode with the model's forward, the path that wrote them.
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 FORWARD_VERSIONS = (1, 2)
 
 
-STEP_VERSIONS = (3, FORMAT_VERSION)
+STEP_VERSIONS = (3, 4, FORMAT_VERSION)
 
 
 READABLE_VERSIONS = (*FORWARD_VERSIONS, *STEP_VERSIONS)
@@ -88,12 +89,15 @@ class Header:
         coded_bytes: for a stored file, the size in bytes the coded file would have had;
             None for a coded file.
         precision: ``"integer"`` (:class:`~sharnn.models.integer_step.IntegerStep`, version
-            4 only), ``"fp32"`` or ``"bf16"`` (:class:`~sharnn.models.step.Step`); a key of
-            versions 3 and 4 (files of versions 1 and 2 read as ``"fp32"``).
+            4 on), ``"fp32"`` or ``"bf16"`` (:class:`~sharnn.models.step.Step`); a key of
+            versions 3 on (files of versions 1 and 2 read as ``"fp32"``).
         portable: whether the file decodes on any machine (precision ``"integer"``); a
-            key of version 4 (older files read as False).
+            key of versions 4 and 5 (older files read as False).
         integer_step: the :data:`INTEGER_STEP_VERSION` of an integer file, else None; a
-            key of version 4.
+            key of versions 4 and 5.
+        mixing: the :data:`~sharnn.coding.mixing.MIXING_VERSION` of a file whose model was
+            mixed with adaptive context models (integer files only), else None; a key of
+            version 5.
     """
 
     mode: str
@@ -111,6 +115,7 @@ class Header:
     precision: str = "fp32"
     portable: bool = False
     integer_step: int | None = None
+    mixing: int | None = None
 
 
 _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
@@ -119,6 +124,7 @@ _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
     "precision",
     "portable",
     "integer_step",
+    "mixing",
 }
 
 
@@ -130,6 +136,7 @@ _KEYS = {  # the exact keys of each version
     2: _V2_KEYS,
     3: _V2_KEYS | {"precision"},
     4: _V2_KEYS | {"precision", "portable", "integer_step"},
+    5: _V2_KEYS | {"precision", "portable", "integer_step", "mixing"},
 }
 
 
@@ -232,6 +239,7 @@ _FIELDS = {  # key: (valid?, what it must be)
     "precision": (lambda v: v in CODING_PRECISIONS, " or ".join(f'"{p}"' for p in CODING_PRECISIONS)),
     "portable": (lambda v: type(v) is bool, "true or false"),
     "integer_step": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
+    "mixing": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
 }
 
 
@@ -265,7 +273,7 @@ def _check_header(fields: object, version: int, name: str) -> Header:
 
 
 def _precision_problem(header: Header, version: int) -> str | None:
-    """What contradicts what in a header's precision, portability and integer step, or None."""
+    """What contradicts what in a header's precision, portability, integer step and mixing, or None."""
     integer = header.precision == "integer"
     if integer and version < 4:
         return f'precision is "integer" in a version-{version} file (version 4 brought it)'
@@ -275,6 +283,8 @@ def _precision_problem(header: Header, version: int) -> str | None:
         return f"integer_step is {header.integer_step} for precision {header.precision} (a version for integer only)"
     if integer and header.mode == "online":
         return "precision is integer in online mode (online mode trains in floating point)"
+    if header.mixing is not None and not integer:
+        return f"mixing is {header.mixing} for precision {header.precision} (the mixing needs the integer step)"
     return None
 
 

@@ -141,11 +141,23 @@ def sigmoid_and_tanh(x: Tensor, split: int) -> Tensor:
     return lookup(table, x, TABLE_RESOLUTION, limit, centre)
 
 
+def exp_index(gaps: Tensor) -> Tensor:
+    """Each gap ``>= 0`` in nats rounded to a multiple of 1/256, in 1/256 nat, clamped to the
+    table's last entry: int32, same shape."""
+    return torch.round(gaps * EXP_RESOLUTION).clamp_(0, EXP_ENTRIES - 1).int()
+
+
 def exp_weights(gaps: Tensor) -> Tensor:
     """``EXP_ONE * exp(-gap)`` as integers (float64) for ``gaps >= 0`` in nats, each gap
     rounded to a multiple of 1/256; a gap past the table weighs 1."""
-    index = torch.round(gaps * EXP_RESOLUTION).clamp_(0, EXP_ENTRIES - 1).int()
+    index = exp_index(gaps)
     return _on(exp_table, gaps.device).index_select(0, index.view(-1)).view(gaps.shape)
+
+
+def log_weights(logits: Tensor) -> Tensor:
+    """``-gap`` of each logit to the largest of its row (``[..., V]`` float32), in 1/256 nat as
+    :func:`softmax` rounds it: the logarithms of its weights up to a constant, int32."""
+    return -exp_index((logits.amax(-1, keepdim=True) - logits).double())
 
 
 def softmax(logits: Tensor) -> Tensor:
