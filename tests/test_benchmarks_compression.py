@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyppmd
 import pytest
 import torch
 
@@ -241,3 +242,21 @@ def test_integer_products_benchmark_checks_the_kernels_agree_and_times_each(tmp_
     ]
     for row in rows:
         assert row["streams"] == 2 and row["int8_vs_fp32"] == pytest.approx(row["int8_us"] / row["fp32_us"])
+
+
+def test_adaptive_mixing_benchmark_gives_every_variant_and_ppmd(tmp_path):
+    config = load_config("tiny", SMALL)
+    torch.manual_seed(0)
+    checkpoint = write_checkpoint(tmp_path / "ckpt", config, {"model": SHARNN(config.model).state_dict()})
+    out, table = tmp_path / "mixing.json", tmp_path / "mixing.md"
+    script = ROOT / "benchmarks" / "adaptive_mixing.py"
+    command = [sys.executable, script, "--model", checkpoint, "--limit", "1500", "--json", out, "--markdown", table]
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    alice = (ROOT / "benchmarks" / "data" / "canterbury" / "alice29.txt").read_bytes()[:1500]
+    assert row["file"] == "alice29" and row["bytes"] == 1500
+    assert row["PPMd"] == 8 * len(pyppmd.compress(alice, variant="H", max_order=8, mem_size=16 << 20)) / 1500
+    variants = ["one mixer, model start", "two mixers, model start", "default"]
+    assert all(0 < row[v] < row["model alone"] for v in variants)  # an untrained model: the counts help at once
+    assert "| alice29 | 1,500 |" in table.read_text()
