@@ -17,7 +17,7 @@ from sharnn.coding.mixing import (
     MODEL_PRIOR,
     WEIGHT_UNIT,
     AdaptiveMixer,
-    ContextTable,
+    ContextTables,
     fixed_log,
 )
 from sharnn.models import exact
@@ -81,16 +81,18 @@ DIGEST = "56c3f57e8c4561d7239ac906ffd3ba91f38f743c3c6f0a717dd3735f4340436a"  # m
 
 
 def test_a_row_claimed_by_another_context_reads_empty_and_halves_at_its_limit():
-    table = ContextTable()
-    rows, tags = ContextTable.place(np.array([2**63 + 5, 2**63 + 6], dtype=np.uint64))
-    assert rows[0] == rows[1] and tags[0] != tags[1]  # one row, two contexts
-    table.add(int(rows[0]), tags[0], 7)
-    assert table.read(rows, tags)[:, 7].tolist() == [1, 0]
-    table.add(int(rows[1]), tags[1], 9)  # the second context claims the row
-    assert table.read(rows, tags)[:, [7, 9]].tolist() == [[0, 0], [0, 1]]
+    """Three contexts of one row: the first counts; when the other two claim it at one
+    position, the later stream's claim wins (the row cleared) and only it counts."""
+    tables = ContextTables(1)
+    rows, tags = ContextTables.place(np.array([[2**63 + 4, 2**63 + 6, 2**63 + 8]], dtype=np.uint64))
+    assert len(set(rows[0].tolist())) == 1 and len(set(tags[0].tolist())) == 3  # one row, three contexts
+    tables.add(rows[:, :1], tags[:, :1], np.array([7]))
+    assert tables.read(rows, tags)[0, :, 7].tolist() == [1, 0, 0]
+    tables.add(rows[:, 1:], tags[:, 1:], np.array([8, 9]))
+    assert tables.read(rows, tags)[0][:, [7, 8, 9]].tolist() == [[0, 0, 0], [0, 0, 0], [0, 0, 1]]
     for _ in range(COUNT_LIMIT + 1):
-        table.add(int(rows[1]), tags[1], 9)
-    assert table.read(rows[1:], tags[1:]).sum() <= COUNT_LIMIT
+        tables.add(rows[:, 2:], tags[:, 2:], np.array([9]))
+    assert COUNT_LIMIT // 2 < tables.read(rows, tags)[0, 2].sum() <= COUNT_LIMIT
 
 
 @pytest.mark.parametrize("streams", [1, 4])

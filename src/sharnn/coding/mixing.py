@@ -22,7 +22,7 @@ every machine (as the integer step's): the logarithms in units of 2**-10 nat fro
 of ``ln(1 + j/4096)`` computed with :mod:`decimal`, the weights in units of 2**-16, the
 probabilities from :func:`sharnn.models.exact.exp_weights`'s table. The ``B`` streams of a
 file share the counts and the weights; all streams are predicted from the state before a
-position, then update it in stream order.
+position, then all update it (:meth:`ContextTables.add` says how when they meet in a row).
 """
 
 from __future__ import annotations
@@ -92,36 +92,63 @@ def fixed_log(values: np.ndarray) -> np.ndarray:
     return whole + _log_mantissas()[fraction]
 
 
-class ContextTable:
-    """One context model: ``2**TABLE_BITS`` rows of 256 counts (uint16), each with the tag
-    of the context it holds. A context's row is found by its 64-bit hash; a row claimed by
-    another context (another tag) reads as empty and is cleared when updated."""
+@cache
+def _count_logs() -> np.ndarray:
+    """``fixed_log(64 c + 1)`` for every count ``c`` a row holds (0 to :data:`COUNT_LIMIT`)."""
+    return fixed_log(64 * np.arange(COUNT_LIMIT + 1, dtype=np.int64) + 1)
 
-    def __init__(self):
-        self.counts = np.zeros((2**TABLE_BITS, 256), dtype=np.uint16)
-        self.tags = np.zeros(2**TABLE_BITS, dtype=np.uint64)
+
+@cache
+def _total_logs() -> np.ndarray:
+    """``fixed_log(64 N + 256)`` for every total ``N`` of a row (0 to :data:`COUNT_LIMIT`)."""
+    return fixed_log(64 * np.arange(COUNT_LIMIT + 1, dtype=np.int64) + 256)
+
+
+class ContextTables:
+    """The context models: per model ``2**TABLE_BITS`` rows of 256 counts (uint16), each row
+    with the tag of the context it holds. A context's row is found by its 64-bit hash; a
+    row held by another context (another tag) reads as empty.
+
+    An update of one position (:meth:`add`), for each model: a row named with another tag
+    than its own is claimed (cleared, its tag set) by the last stream that names it so;
+    a row whose total would pass :data:`COUNT_LIMIT` with this position's counts is halved
+    (rounding up); then each stream whose context holds its row counts its byte there.
+    """
+
+    def __init__(self, models: int):
+        self.counts = np.zeros((models * 2**TABLE_BITS, 256), dtype=np.uint16)  # model m's rows from m * 2**16
+        self.tags = np.zeros(models * 2**TABLE_BITS, dtype=np.uint64)
 
     @staticmethod
     def place(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Row and tag (never 0, so that an empty row matches nothing) of each hash ``[B]``."""
-        return (hashes >> np.uint64(64 - TABLE_BITS)).astype(np.int64), (hashes & _TAG_MASK) | np.uint64(1)
+        """Row (among all models' rows) and tag (never 0, so that an empty row matches
+        nothing) of each hash ``[M, B]``, model ``m``'s in row ``m``."""
+        offsets = (np.arange(len(hashes), dtype=np.int64) << TABLE_BITS)[:, None]
+        return (hashes >> np.uint64(64 - TABLE_BITS)).astype(np.int64) + offsets, (hashes & _TAG_MASK) | np.uint64(1)
 
     def read(self, rows: np.ndarray, tags: np.ndarray) -> np.ndarray:
-        """The counts ``[B, 256]`` (int64) of the contexts at ``rows`` with ``tags``; zeros
-        where another context holds the row."""
+        """The counts ``[M, B, 256]`` (int64) of the contexts at ``rows`` with ``tags``
+        ``[M, B]``; zeros where another context holds the row."""
         counts = self.counts[rows].astype(np.int64)
         counts[self.tags[rows] != tags] = 0
         return counts
 
-    def add(self, row: int, tag: np.uint64, symbol: int) -> None:
-        """Count ``symbol`` after the context at ``row`` with ``tag``; claim the row if another held it."""
-        counts = self.counts[row]
-        if self.tags[row] != tag:
-            self.tags[row] = tag
-            counts[:] = 0
-        if int(counts.sum(dtype=np.int64)) >= COUNT_LIMIT:
-            counts[:] = (counts + 1) >> 1
-        counts[symbol] += 1
+    def add(self, rows: np.ndarray, tags: np.ndarray, symbols: np.ndarray) -> None:
+        """Count ``symbols [k]`` after the contexts at ``rows`` with ``tags`` (``[M, k]``)."""
+        rows, tags = rows.ravel(), tags.ravel()
+        symbols = np.broadcast_to(symbols, (len(rows) // len(symbols), len(symbols))).ravel()
+        claims = np.flatnonzero(self.tags[rows] != tags)
+        if len(claims):  # the last claim of a row wins: np.unique of the reversed claims finds it
+            _, last = np.unique(rows[claims[::-1]], return_index=True)
+            winners = claims[::-1][last]
+            self.tags[rows[winners]] = tags[winners]
+            self.counts[rows[winners]] = 0
+        counted = self.tags[rows] == tags
+        rows, symbols = rows[counted], symbols[counted]
+        unique, adds = np.unique(rows, return_counts=True)
+        full = unique[self.counts[unique].sum(1, dtype=np.int64) + adds > COUNT_LIMIT]
+        self.counts[full] = (self.counts[full] + 1) >> 1
+        np.add.at(self.counts, (rows, symbols), 1)
 
 
 class AdaptiveMixer:
@@ -137,41 +164,38 @@ class AdaptiveMixer:
 
     def __init__(self, streams: int):
         self.streams = streams
-        self.tables = [ContextTable() for _ in (*ORDERS, "word")]
+        self.tables = ContextTables(len(ORDERS) + 1)  # the orders, then the word
         self.history = np.zeros((streams, max(ORDERS)), dtype=np.uint64)  # the last bytes, newest first
         self.word = np.zeros(streams, dtype=np.uint64)  # the current word's hash (0: none)
-        inputs = 1 + 2 * len(self.tables)
+        inputs = 1 + 2 * (len(ORDERS) + 1)
         self.weights = [np.zeros((sets, inputs), dtype=np.int64) for sets in SELECTORS]  # one mixer per selector
         for weights in self.weights:
             weights[:, 0] = MODEL_PRIOR
             weights[:, 1::2] = COUNT_PRIOR
         self._pending = None
 
-    def _contexts(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Row and tag ``[B]`` of every stream's context in every table."""
+    def _contexts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Row and tag ``[M, B]`` of every stream's context in every context model."""
         hashes, value = [], np.zeros(self.streams, dtype=np.uint64)
         for k in range(1, max(ORDERS) + 1):
             value = (value ^ self.history[:, k - 1]) * _MULTIPLIER + np.uint64(k)
             if k in ORDERS:
                 hashes.append(value)
         hashes.append((self.word ^ np.uint64(0xA5A5A5A5)) * _MULTIPLIER)
-        return [ContextTable.place(h) for h in hashes]
+        return ContextTables.place(np.stack(hashes))
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         """``model_log_weights [B, 256]`` (integers, ``ln p_model`` up to a constant per row,
         in 1/256 nat: :func:`sharnn.models.exact.log_weights`) -> the mixed probabilities
         ``[B, 256]`` float64."""
         places = self._contexts()
-        model = model_log_weights.astype(np.int64) * (LOG_UNIT // exact.EXP_RESOLUTION)
-        inputs, seen = [model], np.zeros(self.streams, dtype=np.int64)
-        for k, (table, (rows, tags)) in enumerate(zip(self.tables, places)):
-            counts = table.read(rows, tags)
-            total = counts.sum(1, keepdims=True)
-            x = fixed_log(64 * counts + 1) - fixed_log(64 * total + 256)
-            inputs += [x, x * np.minimum(total, CONFIDENT) // CONFIDENT]
-            if k < len(ORDERS):
-                seen += total[:, 0] > 0
-        inputs = np.stack(inputs, 1)  # [B, I, 256]
+        counts = self.tables.read(*places)  # [M, B, 256]
+        total = counts.sum(2, keepdims=True)
+        x = _count_logs()[counts] - _total_logs()[total]  # X_k
+        confident = x * np.minimum(total, CONFIDENT) // CONFIDENT  # X'_k
+        model = model_log_weights.astype(np.int64)[None] * (LOG_UNIT // exact.EXP_RESOLUTION)
+        inputs = np.concatenate([model, np.stack([x, confident], 1).reshape(-1, *x.shape[1:])]).transpose(1, 0, 2)
+        seen = (total[: len(ORDERS), :, 0] > 0).sum(0)  # [B]: the byte contexts seen before
         chosen = [seen, self.history[:, 0].astype(np.int64)]  # each mixer's weight set
         logits = [np.einsum("bi,bis->bs", w[j], inputs) for w, j in zip(self.weights, chosen)]  # 2**-26 nat
         q = [_weights(x) for x in logits]
@@ -190,11 +214,9 @@ class AdaptiveMixer:
             expected = np.einsum("bs,bis->bi", q[:k], inputs[:k])  # [k, I]
             gradient = inputs[np.arange(k), :, coded] * total[:, None] - expected
             steps.append(gradient * LEARNING_RATE[0] // (total[:, None] * LEARNING_RATE[1]))
-        for b in range(k):  # in stream order: a later stream sees an earlier one's change
-            for weights, j, step in zip(self.weights, chosen, steps):
-                weights[j[b]] += step[b]
-            for table, (rows, tags) in zip(self.tables, places):
-                table.add(int(rows[b]), tags[b], int(coded[b]))
+        for weights, j, step in zip(self.weights, chosen, steps):
+            np.add.at(weights, j[:k], step)  # integers: the same sums in any order
+        self.tables.add(places[0][:, :k], places[1][:, :k], coded)
         self._advance(np.pad(coded, (0, self.streams - k)))
 
     def _advance(self, coded: np.ndarray) -> None:
