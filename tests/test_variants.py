@@ -90,6 +90,31 @@ def test_ln_lstm_matches_the_layer_normalised_lstm_equations(T):
     assert u.abs().max() > 1e-2
 
 
+@pytest.mark.parametrize("T", [1, 7])
+def test_ln_lstm_gradients_through_its_written_out_backward_are_autograds_of_the_equations(T):
+    """The recurrence's one autograd node (its backward written out) gives, in float64, the
+    gradients autograd gives for the literal equations: of the input, the state and every
+    weight, for a loss that reads every output, the last h and the last c."""
+    cell = small_model(cell="ln_lstm").double().blocks[0].lstm
+    with torch.no_grad():
+        for p in cell.parameters():
+            p.add_(0.3 * torch.randn_like(p))  # LayerNorm gains and biases off their initial 1 and 0
+    torch.manual_seed(2)
+    x, h0, c0 = (torch.randn(*shape).double().requires_grad_() for shape in ((T, 3, 16), (1, 3, 16), (1, 3, 16)))
+    leaves = [x, h0, c0, *cell.parameters()]
+
+    def gradients(run) -> list[torch.Tensor]:
+        u, h, c = run()
+        weights = torch.arange(u.numel(), dtype=u.dtype).view_as(u).sin()
+        return torch.autograd.grad((u * weights).sum() + 1.3 * h.sum() + (c * c).sum(), leaves)
+
+    ours = gradients(lambda: (lambda u, s: (u, s[0][0], s[1][0]))(*cell(x, (h0, c0))))
+    literal = gradients(lambda: literal_ln_lstm(cell, x, h0[0], c0[0]))
+    for got, expected in zip(ours, literal, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+    assert all(g.abs().max() > 1e-3 for g in ours)
+
+
 def test_ln_lstm_starts_as_the_lstm_does_and_runs_under_bf16_autocast():
     model = SHARNN(SHARNNConfig(d_model=16, n_layers=2, boom_dim=32, attention_span=32, cell="ln_lstm"))
     cell = model.blocks[0].lstm

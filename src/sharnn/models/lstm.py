@@ -126,16 +126,106 @@ class LayerNormLSTM(nn.Module):
         self, x: Tensor, lstm_state: tuple[Tensor, Tensor] | None = None
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """``x [T, B, d]``, ``(h, c)`` each ``[1, B, d]`` or None for zeros -> ``(u [T, B, d],
-        (h, c))``, the state in the parameters' dtype (under autocast too)."""
+        (h, c))``, the state in the parameters' dtype (under autocast too).
+
+        Outside autocast the recurrence runs as one autograd node (:class:`_Recurrence`, its
+        backward written out) instead of a dozen per position; under autocast, as plain
+        PyTorch one position at a time (:meth:`_loop`). Both compute the equations above."""
         dtype = self.weight_hh.dtype
         if lstm_state is None:
-            lstm_state = (x.new_zeros(x.shape[1:], dtype=dtype),) * 2
+            lstm_state = (x.new_zeros((1, *x.shape[1:]), dtype=dtype),) * 2
         h, c = lstm_state[0][0], lstm_state[1][0]  # [B, d]
         from_input = self.ln_ih(F.linear(x, self.weight_ih)) + self.bias  # [T, B, 4d], the whole window
+        if torch.is_autocast_enabled(x.device.type):
+            u, h, c = self._loop(from_input, h, c)
+        else:
+            hh, cell = self.ln_hh, self.ln_cell
+            u, h, c = _Recurrence.apply(
+                from_input, h, c, self.weight_hh, hh.weight, hh.bias, cell.weight, cell.bias, hh.eps
+            )
+        return u, (h.to(dtype).unsqueeze(0), c.to(dtype).unsqueeze(0))
+
+    def _loop(self, from_input: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The recurrence in plain PyTorch: ``from_input [T, B, 4d]``, ``h, c [B, d]`` ->
+        ``(u [T, B, d], h, c)``."""
         outputs = []
-        for t in range(x.shape[0]):
+        for t in range(from_input.shape[0]):
             f, i, o, g = (self.ln_hh(F.linear(h, self.weight_hh)) + from_input[t]).chunk(4, dim=-1)  # [B, d] each
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(self.ln_cell(c))
             outputs.append(h)
-        return torch.stack(outputs), (h.to(dtype).unsqueeze(0), c.to(dtype).unsqueeze(0))
+        return torch.stack(outputs), h, c
+
+
+class _Recurrence(torch.autograd.Function):
+    """The LN-LSTM's recurrence over a window, forward and backward written out: one
+    autograd node for the window, every weight's gradient one product over all positions.
+
+    Forward, per position (``a`` the recurrent product, ``LN`` with its own gain and bias)::
+
+        a_t = W_hh h_{t-1};  (f, i, o, g) = LN_hh(a_t) + from_input_t
+        c_t = s(f) c_{t-1} + s(i) tanh(g);  h_t = s(o) tanh(LN_cell(c_t))
+
+    Backward, per position from the last: the chain rule through those lines, with
+    ``aten.native_layer_norm_backward`` for both LayerNorms' inputs; after the loop,
+    ``dW_hh = sum_t da_t^T h_{t-1}`` and the LayerNorms' gains and biases in one sum each.
+    """
+
+    @staticmethod
+    def forward(ctx, from_input, h, c, weight_hh, gain_hh, bias_hh, gain_cell, bias_cell, eps):
+        T, (B, d) = from_input.shape[0], h.shape
+        new = from_input.new_empty
+        hs, cs = new(T + 1, B, d), new(T + 1, B, d)  # h_{-1} .. h_{T-1}, c likewise
+        a, gates, tanh_cell = new(T, B, 4 * d), new(T, B, 4 * d), new(T, B, d)
+        stats = [new(T, B, 1) for _ in range(4)]  # mean and 1/std of LN_hh's and LN_cell's inputs
+        hs[0], cs[0] = h, c
+        for t in range(T):
+            torch.mm(hs[t], weight_hh.t(), out=a[t])
+            normed, stats[0][t], stats[1][t] = torch.native_layer_norm(a[t], (4 * d,), gain_hh, bias_hh, eps)
+            pre = normed + from_input[t]
+            torch.sigmoid(pre[:, : 3 * d], out=gates[t, :, : 3 * d])
+            torch.tanh(pre[:, 3 * d :], out=gates[t, :, 3 * d :])
+            f, i, o, g = gates[t].chunk(4, dim=1)
+            torch.addcmul(f * cs[t], i, g, out=cs[t + 1])
+            cell, stats[2][t], stats[3][t] = torch.native_layer_norm(cs[t + 1], (d,), gain_cell, bias_cell, eps)
+            torch.tanh(cell, out=tanh_cell[t])
+            torch.mul(o, tanh_cell[t], out=hs[t + 1])
+        ctx.save_for_backward(hs, cs, a, gates, tanh_cell, *stats, weight_hh, gain_hh, bias_hh, gain_cell, bias_cell)
+        return hs[1:].clone(), hs[T].clone(), cs[T].clone()
+
+    @staticmethod
+    def backward(ctx, grad_u, grad_h, grad_c):
+        hs, cs, a, gates, tanh_cell, m_hh, r_hh, m_cell, r_cell, weight_hh, g_hh, b_hh, g_cell, b_cell = (
+            ctx.saved_tensors
+        )
+        T, _, d = tanh_cell.shape
+        layer_norm_input_grad = torch.ops.aten.native_layer_norm_backward
+        grad_u = grad_u if grad_u is not None else torch.zeros_like(tanh_cell)
+        dh = grad_h if grad_h is not None else torch.zeros_like(hs[0])
+        dc = grad_c if grad_c is not None else torch.zeros_like(cs[0])
+        d_pre, d_a, d_cell = torch.empty_like(a), torch.empty_like(a), torch.empty_like(tanh_cell)
+        for t in reversed(range(T)):
+            f, i, o, g = gates[t].chunk(4, dim=1)
+            dh = dh + grad_u[t]
+            d_cell[t] = dh * o * (1 - tanh_cell[t] * tanh_cell[t])  # into LN_cell's output
+            dc = (
+                dc
+                + layer_norm_input_grad(
+                    d_cell[t], cs[t + 1], (d,), m_cell[t], r_cell[t], g_cell, b_cell, [True, False, False]
+                )[0]
+            )
+            sig = torch.cat([dc * cs[t], dc * g, dh * tanh_cell[t]], dim=1)  # d f, d i, d o (after the sigmoid)
+            s = gates[t, :, : 3 * d]
+            torch.mul(sig, s * (1 - s), out=d_pre[t, :, : 3 * d])
+            torch.mul(dc * i, 1 - g * g, out=d_pre[t, :, 3 * d :])
+            d_a[t] = layer_norm_input_grad(
+                d_pre[t], a[t], (4 * d,), m_hh[t], r_hh[t], g_hh, b_hh, [True, False, False]
+            )[0]
+            dc = dc * f
+            dh = d_a[t] @ weight_hh
+        d_weight = d_a.reshape(-1, 4 * d).t() @ hs[:T].reshape(-1, d)
+        normed_hh = (a - m_hh) * r_hh
+        normed_cell = (cs[1:] - m_cell) * r_cell
+        d_gain_hh, d_bias_hh = (d_pre * normed_hh).sum((0, 1)), d_pre.sum((0, 1))
+        d_gain_cell, d_bias_cell = (d_cell * normed_cell).sum((0, 1)), d_cell.sum((0, 1))
+        return d_pre, dh, dc, d_weight, d_gain_hh, d_bias_hh, d_gain_cell, d_bias_cell, None
