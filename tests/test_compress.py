@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import shutil
+import struct
 import zlib
 from collections.abc import Callable
 from itertools import pairwise
@@ -877,3 +878,30 @@ def test_a_file_of_this_machines_environment_that_does_not_decode_says_cpus_of_o
         assert "CPUs of one capability can round differently" in str(error)
         assert f"cpu_capability {torch.backends.cpu.get_cpu_capability()}" in str(error)
         assert "(here" not in str(error) and all(fragment in str(error) for fragment in REFUSED)
+
+
+def _stored_header(stored: bytes, version: int = 5) -> bytes:
+    """A file prefix whose header bytes are ``stored`` as they are (not deflated by frame)."""
+    return container.MAGIC + struct.pack("<HI", version, len(stored)) + stored + struct.pack("<I", zlib.crc32(stored))
+
+
+@pytest.mark.parametrize(
+    "stored, fragment",
+    [
+        (b"\xff" * 8, "its header is not deflated JSON"),  # deflate block type 3: reserved
+        (zlib.compress(b" " * 100_000)[2:-4], "inflates past 16 times its size"),  # raw deflate of a bomb
+        (zlib.compress(b'{"mode": "model"}')[2:-8], "its deflated header is incomplete"),
+    ],
+    ids=["not-deflate", "bomb", "cut-short"],
+)
+def test_a_version_5_header_not_deflated_or_that_inflates_too_far_is_one_line(tmp_path, stored, fragment):
+    packed, out = tmp_path / "hostile.shz", tmp_path / "out"
+    packed.write_bytes(_stored_header(stored))
+    assert_user_error(cli("decompress", packed, out, "--quiet"), "hostile.shz is corrupt", fragment)
+    assert not out.exists()
+
+
+def test_a_version_5_header_is_deflated_to_a_fraction_of_its_json(model):
+    header = read_header(coded(TEXT[:300], model, streams=1))[0]
+    stored = container.pack(header)
+    assert len(stored) < 0.4 * len(json.dumps(dataclasses.asdict(header), separators=(",", ":")))
