@@ -13,7 +13,7 @@ the byte level; Mattern, "Mixing strategies in data compression", DCC 2012)::
     w_{j,i} += lr * (X_i(x) - sum_s p(s) X_i(s))               after coding x
 
 ``c_k(s)`` counts how often ``s`` followed context ``k`` in this file so far (``N_k`` =
-their sum): the last 1, 2, 3, 4, 5, 6 and 8 bytes of the stream, and the letters of the
+their sum): the last 1 to 8, 10 and 12 bytes of the stream, and the letters of the
 word being written. The weight set ``j`` is the number of those contexts seen before. The
 update is a gradient step on the code length, ``-ln p(x)``.
 
@@ -36,7 +36,7 @@ from ..models import exact
 
 MIXING_VERSION = 1  # what a file records; a change to any number below makes a new version
 
-ORDERS = (1, 2, 3, 4, 5, 6, 8)  # context models of the last k bytes, then one of the current word
+ORDERS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12)  # context models of the last k bytes, then one of the current word
 TABLE_BITS = 16  # rows per context model: 2**16 rows of 256 counts, found by a hash of the context
 COUNT_LIMIT = 4095  # a row whose total would pass this is halved first (older counts fade)
 CONFIDENT = 30  # N_k from which X'_k = X_k
