@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import math
 import shutil
 import struct
@@ -219,7 +220,9 @@ def test_mixing_learns_the_file_the_second_copy_costs_little(model):
     assert header.mixing == 1 and header.portable
     assert 8 * len(payload) < 0.75 * _ideal_bits(model, data, streams=2)
     assert decompress(blob, model) == data
-    with pytest.raises(ConfigError, match="mixes the integer step's distribution, not fp32's"):
+    with pytest.raises(
+        ConfigError, match=re.escape("mixes the integer step's distribution (not fp32's): leave it out")
+    ):
         coded(data, model, precision="fp32", adapt=True)
 
 
@@ -905,3 +908,11 @@ def test_a_version_5_header_is_deflated_to_a_fraction_of_its_json(model):
     header = read_header(coded(TEXT[:300], model, streams=1))[0]
     stored = container.pack(header)
     assert len(stored) < 0.4 * len(json.dumps(dataclasses.asdict(header), separators=(",", ":")))
+
+
+def test_cli_adapt_with_online_mode_or_a_float_step_is_one_line(tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_bytes(TEXT[:200])
+    for flags, fragment in ((["--online"], "online mode learns the model itself"), (["--precision", "fp32"], "fp32")):
+        line = assert_user_error(cli("compress", source, tmp_path / "out.shz", "--adapt", *flags), "--adapt", fragment)
+        assert not (tmp_path / "out.shz").exists(), line

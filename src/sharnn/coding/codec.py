@@ -195,7 +195,8 @@ def encode(
     if streams < 1:
         raise ConfigError(f"streams must be >= 1, got {streams}")
     if adapt and precision != "integer":
-        raise ConfigError(f"adapting to the file mixes the integer step's distribution, not {precision}'s")
+        why = "online mode learns the model itself" if online is not None else f"not {precision}'s"
+        raise ConfigError(f"--adapt mixes the integer step's distribution ({why}): leave it out")
     mixing = MIXING_VERSION if adapt or (adapt is None and precision == "integer") else None
     _check_byte_model(model)
     _check_precision(model, precision, online is not None)
