@@ -330,3 +330,15 @@ def test_a_diverged_run_is_a_result_reported_and_never_retried(tmp_path):
     assert "| blowup | 0 (1 diverged) | - |" in first.stdout
     again = run(harness("--grid", grid, "--out", out))
     assert again.returncode == 0 and started(again.stderr) == []
+
+
+def test_the_span_1024_grid_plans_five_seeds_of_each_variant_at_that_span():
+    """benchmarks/ablations-span1024.yaml (docs/ablations.md): the unresolved claims at a span
+    of 1,024 (896 positions of memory in front of each window), five seeds of 900 s."""
+    grid = ab.read_grid(ab.GRID.with_name("ablations-span1024.yaml"))
+    variants = {r.variant for r in grid.runs}
+    assert variants == {"single-head", "no-attention", "every-block", "vector-gate", "ln-lstm"}
+    assert len(grid.runs) == 25 and grid.seconds == 900
+    for run in grid.runs:
+        config = ab.planned_config(run, grid.seconds)
+        assert config.model.attention_span == 1024 and config.bptt == 128 and config.max_seconds == 900
