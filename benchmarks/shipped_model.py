@@ -12,8 +12,8 @@ Project Gutenberg texts in the public domain, with their provenance), and with
 FILE OUT`` writes with the model (its default streams, one thread, header included, the
 model mixed with context models that adapt to the file; ``sharnn.coding.codec.compress``)
 and decoded again, both directions timed (KB/s of original bytes), ``--jobs`` files at
-once in worker processes; with ``--no-adapt`` also ``sharnn --no-adapt``, the model alone; ``xz -9e`` (``lzma``, preset 9 |
-extreme), ``bzip2 -9`` (``bz2``), ``zstd --ultra -22`` (``zstandard``, level 22) and
+once in worker processes; with ``--no-adapt`` also ``sharnn --no-adapt``, the model alone;
+``xz -9e`` (``lzma``, preset 9 | extreme), ``bzip2 -9`` (``bz2``), ``zstd --ultra -22`` (``zstandard``, level 22) and
 ``PPMd`` (``pyppmd``: variant H, order 8, 16 MiB, the raw stream without the length its
 decoder must be told), every round trip checked (a mismatch exits with status 1).
 
