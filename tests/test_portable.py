@@ -188,8 +188,9 @@ def _finish(process: subprocess.Popen, what: str) -> None:
 
 @pytest.mark.slow
 def test_a_portable_file_decodes_byte_for_byte_under_every_setting(tmp_path):
-    """Files compressed by the shipped model in separate processes under two settings
-    (Wikipedia's markup and a novel's CRLF prose), each decoded in separate processes under every setting of
+    """Files compressed by the shipped model (mixed with adaptive context models, the
+    default) in separate processes under two settings (Wikipedia's markup and a novel's
+    CRLF prose), each decoded in separate processes under every setting of
     :data:`SETTINGS`: byte for byte, every time."""
     sources = {"wikipedia": TEXT, "prose": (ROOT / "benchmarks/data/canterbury/alice29.txt").read_bytes()[:1600]}
     encodings = {"wikipedia": {"ONEDNN_MAX_CPU_ISA": "SSE41", "ATEN_CPU_CAPABILITY": "default"}, "prose": {}}
@@ -204,6 +205,7 @@ def test_a_portable_file_decodes_byte_for_byte_under_every_setting(tmp_path):
     for name in sources:
         header = read_header((tmp_path / f"{name}.shz").read_bytes())[0]
         assert header.portable and header.precision == "integer" and header.storage == "coded"
+        assert header.mixing == 1  # the default: the model mixed with context models, all of it exact
     for number, (setting, (env, threads)) in enumerate(SETTINGS.items()):
         running = {}
         for name in sources:
