@@ -9,13 +9,15 @@ the byte level; Mattern, "Mixing strategies in data compression", DCC 2012)::
     X_0(s) = ln p_model(s)                                     the integer step's
     X_k(s) = ln((64 c_k(s) + 1) / (64 N_k + 256))              context model k's counts
     X'_k(s) = X_k(s) * min(N_k, 30) / 30                       the same, by its confidence
-    p(s) ∝ exp(sum_i w_{j,i} X_i(s))                           weight set j
-    w_{j,i} += lr * (X_i(x) - sum_s p(s) X_i(s))               after coding x
+    p_m(s) ∝ exp(sum_i w_{m,j,i} X_i(s))                       mixer m, its weight set j
+    p(s) ∝ exp(mean_m sum_i w_{m,j,i} X_i(s))                  what is coded
+    w_{m,j,i} += lr * (X_i(x) - sum_s p_m(s) X_i(s))           after coding x
 
 ``c_k(s)`` counts how often ``s`` followed context ``k`` in this file so far (``N_k`` =
 their sum): the last 1 to 8, 10 and 12 bytes of the stream, and the letters of the
-word being written. The weight set ``j`` is the number of those contexts seen before. The
-update is a gradient step on the code length, ``-ln p(x)``.
+word being written. Mixer 1's weight set is the number of the byte contexts seen
+before, mixer 2's the previous byte (:data:`SELECTORS`). Each update is a gradient step
+on the mixer's own code length, ``-ln p_m(x)``.
 
 Every number is an integer (numpy int64), so the same file gives the same probabilities on
 every machine (as the integer step's): the logarithms in units of 2**-10 nat from a table
@@ -66,6 +68,7 @@ def _log_mantissas() -> np.ndarray:
 
 @cache
 def _ln2() -> int:
+    """``ln 2`` in units of 2**-30 nat (:mod:`decimal`)."""
     with decimal.localcontext() as context:
         context.prec = 30
         return int((LOG_UNIT * 2 ** (30 - 10) * decimal.Decimal(2).ln()).to_integral_value())  # in 2**-30
