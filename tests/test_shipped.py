@@ -160,4 +160,4 @@ def test_the_default_model_ships_inside_the_package():
     assert digest in card
     record = json.loads((folder / "training.json").read_text())
     assert record["command"].startswith("sharnn train --preset wikipedia-2x512")
-    assert "CC BY-SA 3.0" in card and "enwik8-head+wikitext-2" in card
+    assert "CC BY-SA 3.0" in card and "enwik8-head*3+wikitext-2" in card
