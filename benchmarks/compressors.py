@@ -468,8 +468,8 @@ def measure_files(args: argparse.Namespace, model: SHARNN | None, settings) -> t
                         name,
                         f"sharnn B={streams} {precision}",
                         data,
-                        lambda d, b=streams, p=precision: compress(
-                            d, model, streams=b, threads=args.threads, precision=p
+                        lambda d, b=streams, p=precision: compress(  # the step alone: no mixing
+                            d, model, streams=b, threads=args.threads, precision=p, adapt=False
                         ),
                         lambda blob: decompress(blob, model),
                     )
