@@ -38,12 +38,10 @@ from sharnn.training.checkpoint import load_model
 MULTIPLES = (0.5, 1, 2, 4, 8, 16)
 
 
-def measure(name: str, multiple: float) -> dict:
-    """Score the model ``name`` on its test split with its span times ``multiple``."""
-    model, config = load_model(name)
-    trained = model.config.attention_span
+def measure(name: str, model, config, trained: int, data, multiple: float) -> dict:
+    """Score ``model`` (trained with a span of ``trained``) on its test split ``data`` with
+    the span times ``multiple``."""
     span = max(1, round(trained * multiple))
-    data, _ = split_prefix(load_corpus(config.data), "test", config.test_max_bytes)
     window = min(config.bptt, span)
     model.set_attention_span(span)
     started = time.perf_counter()
@@ -126,10 +124,13 @@ def main():
     rows = [] if args.fresh or not path.exists() else json.loads(path.read_text())["rows"]
     done = {(r["model"], r["multiple"]) for r in rows}
     for name in args.models:
+        model, config = load_model(name)
+        trained = model.config.attention_span
+        data, _ = split_prefix(load_corpus(config.data), "test", config.test_max_bytes)
         for multiple in sorted(args.multiples, key=lambda m: m != 1):  # the baseline first
             if (name, multiple) in done:
                 continue
-            row = measure(name, multiple)
+            row = measure(name, model, config, trained, data, multiple)
             print(f"{name} span {row['span']:,}: {row['bpc']:.4f} BPC in {row['seconds']:.0f} s", file=sys.stderr)
             rows.append(row)
             write_json({"rows": rows, **environment(torch.device("cpu"))}, "attention_span.json", str(path))
