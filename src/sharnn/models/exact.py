@@ -111,7 +111,7 @@ def lookup(
 
 def largest_magnitude(x: Tensor) -> Tensor:
     """``max |x|`` over the last dimension, at least :data:`TINY`: ``[..., 1]``."""
-    return torch.linalg.vector_norm(x, math.inf, dim=-1, keepdim=True).clamp_min_(TINY)
+    return x.abs().amax(-1, keepdim=True).clamp_min_(TINY)  # exact; vector_norm(x, inf) takes 4-13x as long
 
 
 def sigmoid(x: Tensor) -> Tensor:
