@@ -28,7 +28,7 @@ from sharnn.models.step import Step
 from sharnn.training.checkpoint import load_model
 
 TEXT = ("Ünïcödé ✓ — 日本語のテキスト, emoji 🙂, and plain ASCII.\n" * 8).encode("utf-8")
-RANDOM = np.random.default_rng(0).integers(0, 256, 1_500, dtype=np.uint8).tobytes()
+RANDOM = np.random.default_rng(0).integers(0, 256, 700, dtype=np.uint8).tobytes()
 SPAN = 24
 
 

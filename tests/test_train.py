@@ -995,7 +995,7 @@ def test_tiny_preset_learns_enwik8(tmp_path):
     far below the 8-bit uniform baseline (< 4.0) and below its first validation.
 
     The model shape comes from presets/tiny.yaml at test time; only the length of the run
-    (140 steps, warmup 20, 8 streams) and the evaluation (16 KB prefixes) are cut. It is the
+    (140 steps, warmup 20, 8 streams of 64-byte windows) and the evaluation (16 KB prefixes) are cut. It is the
     suite's longest test (``pytest tests/test_train.py -k tiny_preset_learns``)."""
     config = load_config(
         "tiny",
@@ -1004,6 +1004,7 @@ def test_tiny_preset_learns_enwik8(tmp_path):
             "max_steps=140",
             "warmup_steps=20",
             "train_streams=8",
+            "bptt=64",
             "valid_every_steps=35",
             "valid_max_bytes=16384",
             "test_max_bytes=16384",
