@@ -198,7 +198,7 @@ def test_eval_any_file(tmp_path, run_dir):
     # streams and window are options
     result = cli("eval", run_dir, "--file", text, "--streams", "1", "--bptt", "8")
     assert_ok(result)
-    assert "1 streams, windows of 8" in result.stdout
+    assert "1 stream, windows of 8" in result.stdout
     _assert_consistent(_numbers(result.stdout))
 
 

@@ -48,8 +48,9 @@ class Evaluation:
         result, tokenizer = self.result, self.tokenizer
         unit = "bytes" if tokenizer.is_bytes else f"tokens ({tokenizer.name}: {result.bytes:,} bytes)"
         span = "" if self.attention_span is None else f", attention span {self.attention_span:,}"
+        streams = f"{self.streams} stream{'s' if self.streams != 1 else ''}"
         lines = [
-            f"{self.data}: {result.tokens:,} {unit} predicted, {self.streams} streams, windows of {self.window}{span}",
+            f"{self.data}: {result.tokens:,} {unit} predicted, {streams}, windows of {self.window}{span}",
             f"bits per byte: {result.bpc:.4f}",
         ]
         if tokenizer.is_bytes:
@@ -100,11 +101,12 @@ class Coding:
         header, stored = self.header, self.header.storage == "stored"
         original = self.read if self.compressed else self.written
         speed = f"{original / self.seconds:,.0f} bytes/s ({self.seconds:.1f} s)"
+        streams = f"{header.streams} stream{'s' if header.streams != 1 else ''}"
         if self.compressed:
-            how = f"stored raw: coding gave {header.coded_bytes:,} bytes" if stored else f"{header.streams} streams"
+            how = f"stored raw: coding gave {header.coded_bytes:,} bytes" if stored else streams
             return (
                 f"compressed {name}: {self.read:,} -> {self.written:,} bytes, "
                 f"{8 * self.written / max(self.read, 1):.4f} bits per byte, {how}, {speed}"
             )
-        checked = "stored raw, its CRC32 checked" if stored else f"CRC32 of {header.streams} streams checked"
+        checked = "stored raw, its CRC32 checked" if stored else f"CRC32 of {streams} checked"
         return f"decompressed {name}: {self.read:,} -> {self.written:,} bytes, {checked}, {speed}"
