@@ -18,6 +18,11 @@ from .evaluation import EvalResult
 from .models.build import LanguageModel
 
 
+def _streams(count: int) -> str:
+    """``"1 stream"``, ``"3 streams"``."""
+    return f"{count} stream{'' if count == 1 else 's'}"
+
+
 class Loaded(NamedTuple):
     """A loaded checkpoint: ``model`` (in eval mode, on the eager path), ``config`` (the
     run's TrainConfig; None for a plain ``save_pretrained`` folder, which records no
@@ -48,7 +53,7 @@ class Evaluation:
         result, tokenizer = self.result, self.tokenizer
         unit = "bytes" if tokenizer.is_bytes else f"tokens ({tokenizer.name}: {result.bytes:,} bytes)"
         span = "" if self.attention_span is None else f", attention span {self.attention_span:,}"
-        streams = f"{self.streams} stream{'s' if self.streams != 1 else ''}"
+        streams = _streams(self.streams)
         lines = [
             f"{self.data}: {result.tokens:,} {unit} predicted, {streams}, windows of {self.window}{span}",
             f"bits per byte: {result.bpc:.4f}",
@@ -101,7 +106,7 @@ class Coding:
         header, stored = self.header, self.header.storage == "stored"
         original = self.read if self.compressed else self.written
         speed = f"{original / self.seconds:,.0f} bytes/s ({self.seconds:.1f} s)"
-        streams = f"{header.streams} stream{'s' if header.streams != 1 else ''}"
+        streams = _streams(header.streams)
         if self.compressed:
             how = f"stored raw: coding gave {header.coded_bytes:,} bytes" if stored else streams
             return (
