@@ -93,6 +93,7 @@ except ModuleNotFoundError as e:  # not a dependency of sharnn itself: the extra
 
 GRID = Path(__file__).resolve().parent / "ablations.yaml"
 AT_STEP = 300  # the report's per-step comparison: every variant of the bundled grid gets past it
+TARGET_HALF_WIDTH = 0.03  # BPC: the 95% half-width a verdict asks for (docs/ablations.md)
 SHARNN = [sys.executable, "-m", "sharnn"]
 GRID_KEYS = {"preset", "seconds", "threads", "seeds", "baseline", "variants"}
 VARIANT_KEYS = {"name", "overrides", "preset", "seeds", "group"}
@@ -356,10 +357,28 @@ def difference_interval(a: list[float], b: list[float]) -> tuple[float, float | 
     return difference, float(stats.t.ppf(0.975, df)) * math.sqrt(va + vb)
 
 
+def seeds_for(a: list[float], b: list[float], half_width: float = TARGET_HALF_WIDTH) -> int | None:
+    """The seeds per variant that would bring the 95% interval of mean(a) - mean(b) (Welch's,
+    as :func:`difference_interval`) to ``half_width`` or less, were each variant's variance
+    what its seeds so far measure; None when either has fewer than two values."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a), statistics.variance(b)
+    if va + vb == 0:
+        return 2
+    n = 2
+    while True:  # n seeds each: Welch-Satterthwaite df = (n - 1) (va + vb)^2 / (va^2 + vb^2)
+        df = (n - 1) * (va + vb) ** 2 / (va**2 + vb**2)
+        if float(stats.t.ppf(0.975, df)) * math.sqrt((va + vb) / n) <= half_width:
+            return n
+        n += 1
+
+
 def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list[dict]:
     """One entry per variant with rows (in their order): seeds, test BPC mean and 95% CI,
     difference from ``baseline`` and its 95% CI (None for the baseline itself and without
-    baseline rows), mean valid BPC, the mean valid BPC at step ``at_step`` (None unless
+    baseline rows), the seeds each would need for that CI to be ±:data:`TARGET_HALF_WIDTH`
+    (:func:`seeds_for`), mean valid BPC, the mean valid BPC at step ``at_step`` (None unless
     every seed validated there: what a variant learns per step, its speed aside),
     parameters, steps and tokens/s (means), and ``best_of`` (the group it is the best of by
     mean valid BPC, else None)."""
@@ -377,6 +396,7 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
         mean, half = mean_interval(test)
         compared = base and variant != baseline
         difference, difference_half = difference_interval(test, base) if compared else (None, None)
+        needed = seeds_for(test, base) if compared else None
         speeds = [r["tokens_per_second"] for r in runs if r["tokens_per_second"] is not None]
         result.append(
             {
@@ -388,6 +408,7 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
                 "test_bpc_ci": half,
                 "difference": difference,
                 "difference_ci": difference_half,
+                "seeds_needed": needed,
                 "valid_bpc": statistics.fmean(r["valid_bpc"] for r in runs),
                 "valid_at_step": valid_at_step(runs, at_step),
                 "parameters": statistics.fmean(r["parameters"] for r in runs),
@@ -421,6 +442,7 @@ def _all_diverged(variant: str, rows: list[dict]) -> dict:
         "test_bpc_ci": None,
         "difference": None,
         "difference_ci": None,
+        "seeds_needed": None,
         "valid_bpc": None,
         "valid_at_step": None,
         "parameters": statistics.fmean(r["parameters"] for r in rows),
@@ -456,17 +478,18 @@ def markdown(variants: list[dict], baseline: str) -> str:
     """The per-variant table in Markdown, with a line per lr sweep naming its best."""
     lines = [
         f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | valid BPC | valid BPC at step {AT_STEP} "
-        "| parameters | steps | tokens/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| parameters | steps | tokens/s | seeds for ±{TARGET_HALF_WIDTH} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in variants:
         name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
         speed = "-" if v["tokens_per_second"] is None else f"{v['tokens_per_second']:,.0f}"
         valid, at_step = (_plus_minus(v[key], None) for key in ("valid_bpc", "valid_at_step"))
+        needed = "-" if v["seeds_needed"] is None else f"{v['seeds_needed']:,}"
         lines.append(
             f"| {name} | {seeds_text(v)} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
             f"{versus(v, baseline)} | {valid} | {at_step} | "
-            f"{v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} |"
+            f"{v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} | {needed} |"
         )
     for v in variants:
         if v["best_of"]:
@@ -498,6 +521,7 @@ def print_report(variants: list[dict], baseline: str) -> None:
             ("parameters", "parameters", ",.0f"),
             ("steps", "steps", ",.0f"),
             ("tokens_per_second", "tokens/s", ",.0f"),
+            ("seeds_needed", f"seeds for ±{TARGET_HALF_WIDTH}", ""),
             ("best_of", "best of sweep", ""),
         ],
     )
