@@ -357,27 +357,34 @@ def difference_interval(a: list[float], b: list[float]) -> tuple[float, float | 
     return difference, float(stats.t.ppf(0.975, df)) * math.sqrt(va + vb)
 
 
-def seeds_for(a: list[float], b: list[float], half_width: float = TARGET_HALF_WIDTH) -> int | None:
-    """The seeds per variant that would bring the 95% interval of mean(a) - mean(b) (Welch's,
-    as :func:`difference_interval`) to ``half_width`` or less, were each variant's variance
-    what its seeds so far measure; None when either has fewer than two values."""
-    if len(a) < 2 or len(b) < 2:
+def paired_interval(a: dict[int, float], b: dict[int, float]) -> tuple[float | None, float | None]:
+    """The mean over the seeds both ran of ``a[seed] - b[seed]`` and the half-width of its
+    95% interval (Student's t on the paired differences; None for fewer than two): each
+    seed's runs share its data order, and a grid runs them round by round, so that pairing
+    takes out what a seed, a session or a machine's speed adds to both. (None, None) when
+    no seed ran in both."""
+    differences = [a[seed] - b[seed] for seed in sorted(a.keys() & b.keys())]
+    return mean_interval(differences) if differences else (None, None)
+
+
+def seeds_for(a: dict[int, float], b: dict[int, float], half_width: float = TARGET_HALF_WIDTH) -> int | None:
+    """The seeds that would bring :func:`paired_interval`'s half-width to ``half_width`` or
+    less, were the paired differences' spread what the seeds so far measure: the least n
+    with ``t(0.975, n - 1) * s / sqrt(n) <= half_width``; None for fewer than two pairs."""
+    differences = [a[seed] - b[seed] for seed in a.keys() & b.keys()]
+    if len(differences) < 2:
         return None
-    va, vb = statistics.variance(a), statistics.variance(b)
-    if va + vb == 0:
-        return 2
-    n = 2
-    while True:  # n seeds each: Welch-Satterthwaite df = (n - 1) (va + vb)^2 / (va^2 + vb^2)
-        df = (n - 1) * (va + vb) ** 2 / (va**2 + vb**2)
-        if float(stats.t.ppf(0.975, df)) * math.sqrt((va + vb) / n) <= half_width:
-            return n
+    spread, n = statistics.stdev(differences), 2
+    while float(stats.t.ppf(0.975, n - 1)) * spread / math.sqrt(n) > half_width:
         n += 1
+    return n
 
 
 def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list[dict]:
     """One entry per variant with rows (in their order): seeds, test BPC mean and 95% CI,
     difference from ``baseline`` and its 95% CI (None for the baseline itself and without
-    baseline rows), the seeds each would need for that CI to be ±:data:`TARGET_HALF_WIDTH`
+    baseline rows), the same difference paired by seed and its 95% CI
+    (:func:`paired_interval`), the seeds that CI would need to be ±:data:`TARGET_HALF_WIDTH`
     (:func:`seeds_for`), mean valid BPC, the mean valid BPC at step ``at_step`` (None unless
     every seed validated there: what a variant learns per step, its speed aside),
     parameters, steps and tokens/s (means), and ``best_of`` (the group it is the best of by
@@ -385,7 +392,8 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
     by_variant: dict[str, list[dict]] = {}
     for row in rows:
         by_variant.setdefault(row["variant"], []).append(row)
-    base = [r["test_bpc"] for r in by_variant.get(baseline, []) if r["test_bpc"] is not None]
+    base_by_seed = {r["seed"]: r["test_bpc"] for r in by_variant.get(baseline, []) if r["test_bpc"] is not None}
+    base = list(base_by_seed.values())
     result = []
     for variant, every in by_variant.items():
         runs = [r for r in every if r["test_bpc"] is not None]
@@ -396,7 +404,8 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
         mean, half = mean_interval(test)
         compared = base and variant != baseline
         difference, difference_half = difference_interval(test, base) if compared else (None, None)
-        needed = seeds_for(test, base) if compared else None
+        by_seed = {r["seed"]: r["test_bpc"] for r in runs}
+        paired, paired_half = paired_interval(by_seed, base_by_seed) if compared else (None, None)
         speeds = [r["tokens_per_second"] for r in runs if r["tokens_per_second"] is not None]
         result.append(
             {
@@ -408,7 +417,9 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
                 "test_bpc_ci": half,
                 "difference": difference,
                 "difference_ci": difference_half,
-                "seeds_needed": needed,
+                "paired_difference": paired,
+                "paired_ci": paired_half,
+                "seeds_needed": seeds_for(by_seed, base_by_seed) if compared else None,
                 "valid_bpc": statistics.fmean(r["valid_bpc"] for r in runs),
                 "valid_at_step": valid_at_step(runs, at_step),
                 "parameters": statistics.fmean(r["parameters"] for r in runs),
@@ -442,6 +453,8 @@ def _all_diverged(variant: str, rows: list[dict]) -> dict:
         "test_bpc_ci": None,
         "difference": None,
         "difference_ci": None,
+        "paired_difference": None,
+        "paired_ci": None,
         "seeds_needed": None,
         "valid_bpc": None,
         "valid_at_step": None,
@@ -467,19 +480,21 @@ def seeds_text(variant: dict) -> str:
     return f"{variant['seeds']}" + (f" ({variant['diverged']} diverged)" if variant["diverged"] else "")
 
 
-def versus(variant: dict, baseline: str) -> str:
-    """The difference from the baseline, ``± half-width``; ``baseline`` for itself."""
+def versus(variant: dict, baseline: str, paired: bool = False) -> str:
+    """The difference from the baseline (``paired`` by seed or not), ``± half-width``;
+    ``baseline`` for itself."""
     if variant["variant"] == baseline:
         return "baseline"
-    return _plus_minus(variant["difference"], variant["difference_ci"], signed=True)
+    keys = ("paired_difference", "paired_ci") if paired else ("difference", "difference_ci")
+    return _plus_minus(*(variant[key] for key in keys), signed=True)
 
 
 def markdown(variants: list[dict], baseline: str) -> str:
     """The per-variant table in Markdown, with a line per lr sweep naming its best."""
     lines = [
-        f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | valid BPC | valid BPC at step {AT_STEP} "
-        f"| parameters | steps | tokens/s | seeds for ±{TARGET_HALF_WIDTH} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | paired by seed (95% CI) | valid BPC "
+        f"| valid BPC at step {AT_STEP} | parameters | steps | tokens/s | seeds for ±{TARGET_HALF_WIDTH} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in variants:
         name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
@@ -488,7 +503,7 @@ def markdown(variants: list[dict], baseline: str) -> str:
         needed = "-" if v["seeds_needed"] is None else f"{v['seeds_needed']:,}"
         lines.append(
             f"| {name} | {seeds_text(v)} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
-            f"{versus(v, baseline)} | {valid} | {at_step} | "
+            f"{versus(v, baseline)} | {versus(v, baseline, paired=True)} | {valid} | {at_step} | "
             f"{v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} | {needed} |"
         )
     for v in variants:
@@ -505,6 +520,7 @@ def print_report(variants: list[dict], baseline: str) -> None:
         | {
             "test": _plus_minus(v["test_bpc"], v["test_bpc_ci"]),
             "diff": versus(v, baseline),
+            "paired": versus(v, baseline, paired=True),
             "seeds": seeds_text(v),
         }
         for v in variants
@@ -516,6 +532,7 @@ def print_report(variants: list[dict], baseline: str) -> None:
             ("seeds", "seeds", ""),
             ("test", "test BPC ± 95% CI", ""),
             ("diff", f"vs {baseline} ± 95% CI", ""),
+            ("paired", "paired by seed", ""),
             ("valid_bpc", "valid BPC", ".4f"),
             ("valid_at_step", f"valid at step {AT_STEP}", ".4f"),
             ("parameters", "parameters", ",.0f"),

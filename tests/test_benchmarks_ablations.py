@@ -94,20 +94,23 @@ def test_intervals_are_students_and_welchs():
     assert ab.difference_interval([1.0], [2.0, 3.0]) == (-1.5, None)
 
 
-def test_seeds_for_a_target_interval_are_the_fewest_whose_welch_interval_is_that_narrow():
+def test_paired_intervals_take_differences_seed_by_seed_and_say_the_seeds_a_target_needs():
     from scipy import stats
 
-    a, b = [1.0, 1.1, 1.2], [1.05, 1.25]  # variances 0.01 and 0.02
-    n = ab.seeds_for(a, b, half_width=0.05)
+    a, b = {1: 2.0, 2: 2.5, 3: 2.4, 4: 9.0}, {1: 1.9, 2: 2.3, 3: 2.4, 5: 0.0}  # seeds 4 and 5 unpaired
+    difference, half = ab.paired_interval(a, b)  # differences 0.1, 0.2, 0.0
+    assert difference == pytest.approx(0.1) and half == pytest.approx(stats.t.ppf(0.975, 2) * 0.1 / math.sqrt(3))
+    assert ab.paired_interval({1: 2.0}, {1: 1.5}) == (0.5, None)
+    assert ab.paired_interval({1: 2.0}, {2: 1.0}) == (None, None)
+    n = ab.seeds_for(a, b, half_width=0.05)  # the spread of the differences is 0.1
 
-    def half(seeds):  # Welch's half-width at `seeds` seeds each, with those variances
-        df = (seeds - 1) * 0.03**2 / (0.01**2 + 0.02**2)
-        return stats.t.ppf(0.975, df) * math.sqrt(0.03 / seeds)
+    def half_width(seeds):
+        return stats.t.ppf(0.975, seeds - 1) * 0.1 / math.sqrt(seeds)
 
-    assert half(n) <= 0.05 < half(n - 1) and n == 48
-    assert ab.seeds_for([1.0, 1.0], [2.0, 2.0]) == 2
-    assert ab.seeds_for([1.0], [2.0, 3.0]) is None
+    assert half_width(n) <= 0.05 < half_width(n - 1) and n == 18
     assert ab.seeds_for(a, b) > n  # the default target, ±0.03, asks for more
+    assert ab.seeds_for({1: 2.0, 2: 3.0}, {1: 1.0, 2: 2.0}) == 2  # no spread
+    assert ab.seeds_for({1: 2.0}, {1: 1.0}) is None
 
 
 def test_report_rows_per_variant_with_the_best_of_a_sweep():
@@ -129,8 +132,8 @@ def test_report_rows_per_variant_with_the_best_of_a_sweep():
     assert variants["lr-b"]["best_of"] == "sweep" and variants["lr-a"]["best_of"] is None
     text = ab.markdown(list(variants.values()), "base")
     assert variants["base"]["valid_at_step"] == pytest.approx(2.25) and variants["lr-a"]["valid_at_step"] is None
-    assert "| base | 2 | 1.1000 ± 1.2706 | baseline | 1.2000 | 2.2500 | 10 | 6 | 100 | - |" in text
-    assert "| lr-a (sweep) | 1 | 1.5000 | +0.4000 |" in text
+    assert "| base | 2 | 1.1000 ± 1.2706 | baseline | baseline | 1.2000 | 2.2500 | 10 | 6 | 100 | - |" in text
+    assert "| lr-a (sweep) | 1 | 1.5000 | +0.4000 | +0.5000 |" in text  # paired: seed 1 alone
     assert "The lr sweep sweep: best by mean valid BPC is lr-b (1.2000)." in text
 
 
@@ -248,8 +251,8 @@ def test_a_grid_runs_to_the_end_reports_and_each_row_reproduces(tmp_path, capsys
     assert "model.attention=none" in rows[1]["overrides"]
     table = markdown.read_text().splitlines()
     assert table[0] == (
-        "| variant | seeds | test BPC (95% CI) | vs single-head (95% CI) | valid BPC | valid BPC at step 300 "
-        "| parameters | steps | tokens/s | seeds for ±0.03 |"
+        "| variant | seeds | test BPC (95% CI) | vs single-head (95% CI) | paired by seed (95% CI) | valid BPC "
+        "| valid BPC at step 300 | parameters | steps | tokens/s | seeds for ±0.03 |"
     )
     no_attention = table[3].split(" | ")
     assert no_attention[0] == "| no-attention" and " ± " in no_attention[2] and no_attention[3].startswith(("+", "-"))
