@@ -386,7 +386,8 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
     baseline rows), the same difference paired by seed and its 95% CI
     (:func:`paired_interval`), the seeds that CI would need to be ±:data:`TARGET_HALF_WIDTH`
     (:func:`seeds_for`), mean valid BPC, the mean valid BPC at step ``at_step`` (None unless
-    every seed validated there: what a variant learns per step, its speed aside),
+    every seed validated there: what a variant learns per step, its speed aside) and its
+    difference from the baseline's, paired by seed, with its 95% CI,
     parameters, steps and tokens/s (means), and ``best_of`` (the group it is the best of by
     mean valid BPC, else None)."""
     by_variant: dict[str, list[dict]] = {}
@@ -394,11 +395,12 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
         by_variant.setdefault(row["variant"], []).append(row)
     base_by_seed = {r["seed"]: r["test_bpc"] for r in by_variant.get(baseline, []) if r["test_bpc"] is not None}
     base = list(base_by_seed.values())
+    base_at_step = valid_by_seed(by_variant.get(baseline, []), at_step)
     result = []
     for variant, every in by_variant.items():
         runs = [r for r in every if r["test_bpc"] is not None]
         if not runs:  # every seed diverged
-            result.append(_all_diverged(variant, every))
+            result.append(_all_diverged(variant, every) | {"at_step": at_step})
             continue
         test = [r["test_bpc"] for r in runs]
         mean, half = mean_interval(test)
@@ -406,6 +408,9 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
         difference, difference_half = difference_interval(test, base) if compared else (None, None)
         by_seed = {r["seed"]: r["test_bpc"] for r in runs}
         paired, paired_half = paired_interval(by_seed, base_by_seed) if compared else (None, None)
+        at_step_by_seed = valid_by_seed(runs, at_step)
+        every_validated = len(at_step_by_seed) == len(runs)
+        per_step, per_step_half = paired_interval(at_step_by_seed, base_at_step) if compared else (None, None)
         speeds = [r["tokens_per_second"] for r in runs if r["tokens_per_second"] is not None]
         result.append(
             {
@@ -421,7 +426,10 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
                 "paired_ci": paired_half,
                 "seeds_needed": seeds_for(by_seed, base_by_seed) if compared else None,
                 "valid_bpc": statistics.fmean(r["valid_bpc"] for r in runs),
-                "valid_at_step": valid_at_step(runs, at_step),
+                "at_step": at_step,
+                "valid_at_step": statistics.fmean(at_step_by_seed.values()) if every_validated else None,
+                "step_difference": per_step,
+                "step_difference_ci": per_step_half,
                 "parameters": statistics.fmean(r["parameters"] for r in runs),
                 "steps": statistics.fmean(r["steps"] for r in runs),
                 "tokens_per_second": statistics.fmean(speeds) if speeds else None,
@@ -435,11 +443,9 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
     return result
 
 
-def valid_at_step(rows: list[dict], step: int) -> float | None:
-    """The mean over ``rows`` of the validation BPC at ``step``; None unless every row
-    validated at that step."""
-    scores = [[bpc for _, bpc, at in row["curve"] if at == step] for row in rows]
-    return statistics.fmean(s[0] for s in scores) if all(scores) else None
+def valid_by_seed(rows: list[dict], step: int) -> dict[int, float]:
+    """The validation BPC at ``step`` of each row's seed, for the rows that validated there."""
+    return {row["seed"]: bpc for row in rows for _, bpc, at in row["curve"] if at == step}
 
 
 def _all_diverged(variant: str, rows: list[dict]) -> dict:
@@ -458,6 +464,8 @@ def _all_diverged(variant: str, rows: list[dict]) -> dict:
         "seeds_needed": None,
         "valid_bpc": None,
         "valid_at_step": None,
+        "step_difference": None,
+        "step_difference_ci": None,
         "parameters": statistics.fmean(r["parameters"] for r in rows),
         "steps": statistics.fmean(r["steps"] for r in rows),
         "tokens_per_second": None,
@@ -480,21 +488,29 @@ def seeds_text(variant: dict) -> str:
     return f"{variant['seeds']}" + (f" ({variant['diverged']} diverged)" if variant["diverged"] else "")
 
 
-def versus(variant: dict, baseline: str, paired: bool = False) -> str:
-    """The difference from the baseline (``paired`` by seed or not), ``± half-width``;
-    ``baseline`` for itself."""
+DIFFERENCES = {  # the report's differences from the baseline: (value, half-width) keys
+    "welch": ("difference", "difference_ci"),  # test BPC, unpaired
+    "paired": ("paired_difference", "paired_ci"),  # test BPC, paired by seed
+    "step": ("step_difference", "step_difference_ci"),  # valid BPC at the report's step, paired
+}
+
+
+def versus(variant: dict, baseline: str, kind: str = "welch") -> str:
+    """A difference from the baseline (:data:`DIFFERENCES`), ``± half-width``; ``baseline``
+    for itself."""
     if variant["variant"] == baseline:
         return "baseline"
-    keys = ("paired_difference", "paired_ci") if paired else ("difference", "difference_ci")
-    return _plus_minus(*(variant[key] for key in keys), signed=True)
+    return _plus_minus(*(variant[key] for key in DIFFERENCES[kind]), signed=True)
 
 
 def markdown(variants: list[dict], baseline: str) -> str:
     """The per-variant table in Markdown, with a line per lr sweep naming its best."""
+    at_step = variants[0]["at_step"] if variants else AT_STEP
     lines = [
         f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | paired by seed (95% CI) | valid BPC "
-        f"| valid BPC at step {AT_STEP} | parameters | steps | tokens/s | seeds for ±{TARGET_HALF_WIDTH} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| valid BPC at step {at_step} | at step {at_step}, paired (95% CI) | parameters | steps | tokens/s "
+        f"| seeds for ±{TARGET_HALF_WIDTH} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in variants:
         name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
@@ -503,8 +519,8 @@ def markdown(variants: list[dict], baseline: str) -> str:
         needed = "-" if v["seeds_needed"] is None else f"{v['seeds_needed']:,}"
         lines.append(
             f"| {name} | {seeds_text(v)} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
-            f"{versus(v, baseline)} | {versus(v, baseline, paired=True)} | {valid} | {at_step} | "
-            f"{v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} | {needed} |"
+            f"{versus(v, baseline)} | {versus(v, baseline, 'paired')} | {valid} | {at_step} | "
+            f"{versus(v, baseline, 'step')} | {v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} | {needed} |"
         )
     for v in variants:
         if v["best_of"]:
@@ -515,12 +531,14 @@ def markdown(variants: list[dict], baseline: str) -> str:
 
 
 def print_report(variants: list[dict], baseline: str) -> None:
+    at_step = variants[0]["at_step"] if variants else AT_STEP
     rows = [
         v
         | {
             "test": _plus_minus(v["test_bpc"], v["test_bpc_ci"]),
             "diff": versus(v, baseline),
-            "paired": versus(v, baseline, paired=True),
+            "paired": versus(v, baseline, "paired"),
+            "step": versus(v, baseline, "step"),
             "seeds": seeds_text(v),
         }
         for v in variants
@@ -534,7 +552,8 @@ def print_report(variants: list[dict], baseline: str) -> None:
             ("diff", f"vs {baseline} ± 95% CI", ""),
             ("paired", "paired by seed", ""),
             ("valid_bpc", "valid BPC", ".4f"),
-            ("valid_at_step", f"valid at step {AT_STEP}", ".4f"),
+            ("valid_at_step", f"valid at step {at_step}", ".4f"),
+            ("step", "paired", ""),
             ("parameters", "parameters", ",.0f"),
             ("steps", "steps", ",.0f"),
             ("tokens_per_second", "tokens/s", ",.0f"),
@@ -579,7 +598,7 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"wrote {path}")
 
 
-def results(grid: Grid, grid_path: Path, rows: list[dict]) -> dict:
+def results(grid: Grid, grid_path: Path, rows: list[dict], at_step: int = AT_STEP) -> dict:
     """What OUT/results.json and --json hold: the grid, the machine and the rows."""
     env = environment(torch.device("cpu")) | {
         "cpu_threads": grid.threads,
@@ -592,7 +611,7 @@ def results(grid: Grid, grid_path: Path, rows: list[dict]) -> dict:
         "threads": grid.threads,
         "baseline": grid.baseline,
         "environment": env,
-        "variants": per_variant(rows, grid.baseline),
+        "variants": per_variant(rows, grid.baseline, at_step),
         "runs": rows,
     }
 
@@ -620,7 +639,7 @@ def write_results(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> li
 
 def report(grid: Grid, grid_path: Path, rows: list[dict], args) -> None:
     """The table on stdout and the outputs the options ask for."""
-    variants = per_variant(rows, grid.baseline)
+    variants = per_variant(rows, grid.baseline, args.at_step)
     print(f"\n{len(rows)} finished run(s), {grid.seconds:g} s of training each, {grid.threads} thread(s)")
     print_report(variants, grid.baseline)
     text = markdown(variants, grid.baseline)
@@ -629,7 +648,7 @@ def report(grid: Grid, grid_path: Path, rows: list[dict], args) -> None:
         write_atomically(args.markdown, text + "\n")
         print(f"wrote {args.markdown}")
     if args.json:
-        write_atomically(args.json, json.dumps(portable(results(grid, grid_path, rows)), indent=2) + "\n")
+        write_atomically(args.json, json.dumps(portable(results(grid, grid_path, rows, args.at_step)), indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
         plot(rows, Path(args.plot))
@@ -794,9 +813,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the results here (docs/ablations.json)")
     parser.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
     parser.add_argument("--plot", type=Path, default=None, help="write the figure here (PNG)")
+    parser.add_argument(
+        "--at-step", type=int, default=AT_STEP, help="the step of the per-step comparison [%(default)s]"
+    )
     args = parser.parse_args(argv)
     if args.seconds is not None and not args.seconds > 0:
         parser.error("--seconds must be > 0")
+    if args.at_step < 1:
+        parser.error("--at-step must be >= 1")
     code = 0
     try:
         with sigterm_raises():

@@ -122,7 +122,8 @@ def test_report_rows_per_variant_with_the_best_of_a_sweep():
         | {"parameters": 10, "steps": 5, "tokens_per_second": 100.0},
         row("base", 2, 1.2, 1.3, curve=[[8.0, 2.5, ab.AT_STEP], [9.0, 2.4, ab.AT_STEP + 1]])
         | {"parameters": 10, "steps": 7, "tokens_per_second": None},
-        row("lr-a", 1, 1.5, 1.4, "sweep") | {"parameters": 8, "steps": 4, "tokens_per_second": 50.0},
+        row("lr-a", 1, 1.5, 1.4, "sweep", curve=[[9.5, 2.3, ab.AT_STEP]])
+        | {"parameters": 8, "steps": 4, "tokens_per_second": 50.0},
         row("lr-b", 1, 1.6, 1.2, "sweep") | {"parameters": 8, "steps": 4, "tokens_per_second": 50.0},
     ]
     variants = {v["variant"]: v for v in ab.per_variant(rows, "base")}
@@ -131,9 +132,15 @@ def test_report_rows_per_variant_with_the_best_of_a_sweep():
     assert variants["lr-a"]["difference"] == pytest.approx(0.4) and variants["lr-a"]["difference_ci"] is None
     assert variants["lr-b"]["best_of"] == "sweep" and variants["lr-a"]["best_of"] is None
     text = ab.markdown(list(variants.values()), "base")
-    assert variants["base"]["valid_at_step"] == pytest.approx(2.25) and variants["lr-a"]["valid_at_step"] is None
-    assert "| base | 2 | 1.1000 ± 1.2706 | baseline | baseline | 1.2000 | 2.2500 | 10 | 6 | 100 | - |" in text
-    assert "| lr-a (sweep) | 1 | 1.5000 | +0.4000 | +0.5000 |" in text  # paired: seed 1 alone
+    assert variants["base"]["valid_at_step"] == pytest.approx(2.25) and variants["lr-b"]["valid_at_step"] is None
+    assert variants["lr-a"]["step_difference"] == pytest.approx(0.3) and variants["lr-b"]["step_difference"] is None
+    later = {v["variant"]: v for v in ab.per_variant(rows, "base", at_step=ab.AT_STEP + 1)}
+    assert later["base"]["valid_at_step"] is None and later["lr-a"]["step_difference"] is None  # seed 1 never got there
+    assert "| valid BPC at step 301 | at step 301, paired (95% CI) |" in ab.markdown(list(later.values()), "base")
+    assert "| base | 2 | 1.1000 ± 1.2706 | baseline | baseline | 1.2000 | 2.2500 | baseline | 10 | 6 | 100 | - |" in (
+        text
+    )
+    assert "| lr-a (sweep) | 1 | 1.5000 | +0.4000 | +0.5000 | 1.4000 | 2.3000 | +0.3000 |" in text  # paired: seed 1
     assert "The lr sweep sweep: best by mean valid BPC is lr-b (1.2000)." in text
 
 
@@ -252,7 +259,7 @@ def test_a_grid_runs_to_the_end_reports_and_each_row_reproduces(tmp_path, capsys
     table = markdown.read_text().splitlines()
     assert table[0] == (
         "| variant | seeds | test BPC (95% CI) | vs single-head (95% CI) | paired by seed (95% CI) | valid BPC "
-        "| valid BPC at step 300 | parameters | steps | tokens/s | seeds for ±0.03 |"
+        "| valid BPC at step 300 | at step 300, paired (95% CI) | parameters | steps | tokens/s | seeds for ±0.03 |"
     )
     no_attention = table[3].split(" | ")
     assert no_attention[0] == "| no-attention" and " ± " in no_attention[2] and no_attention[3].startswith(("+", "-"))
