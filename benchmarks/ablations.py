@@ -382,35 +382,26 @@ def seeds_for(a: dict[int, float], b: dict[int, float], half_width: float = TARG
 
 def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list[dict]:
     """One entry per variant with rows (in their order): seeds, test BPC mean and 95% CI,
-    difference from ``baseline`` and its 95% CI (None for the baseline itself and without
-    baseline rows), the same difference paired by seed and its 95% CI
-    (:func:`paired_interval`), the seeds that CI would need to be ±:data:`TARGET_HALF_WIDTH`
-    (:func:`seeds_for`), mean valid BPC, the mean valid BPC at step ``at_step`` (None unless
-    every seed validated there: what a variant learns per step, its speed aside) and its
-    difference from the baseline's, paired by seed, with its 95% CI,
-    parameters, steps and tokens/s (means), and ``best_of`` (the group it is the best of by
-    mean valid BPC, else None)."""
+    the differences from ``baseline`` (:func:`versus_baseline`; None for the baseline itself
+    and without baseline rows), mean valid BPC, the mean valid BPC at step ``at_step``
+    (None unless every seed validated there: what a variant learns per step, its speed
+    aside), parameters, steps and tokens/s (means), and ``best_of`` (the group it is the
+    best of by mean valid BPC, else None)."""
     by_variant: dict[str, list[dict]] = {}
     for row in rows:
         by_variant.setdefault(row["variant"], []).append(row)
-    base_by_seed = {r["seed"]: r["test_bpc"] for r in by_variant.get(baseline, []) if r["test_bpc"] is not None}
-    base = list(base_by_seed.values())
-    base_at_step = valid_by_seed(by_variant.get(baseline, []), at_step)
+    base = [r for r in by_variant.get(baseline, []) if r["test_bpc"] is not None]
     result = []
     for variant, every in by_variant.items():
         runs = [r for r in every if r["test_bpc"] is not None]
+        compared = bool(base and runs) and variant != baseline
+        differences = versus_baseline(runs, base, at_step) if compared else dict.fromkeys(DIFFERENCE_KEYS)
         if not runs:  # every seed diverged
-            result.append(_all_diverged(variant, every) | {"at_step": at_step})
+            result.append(_all_diverged(variant, every) | differences | {"at_step": at_step})
             continue
-        test = [r["test_bpc"] for r in runs]
-        mean, half = mean_interval(test)
-        compared = base and variant != baseline
-        difference, difference_half = difference_interval(test, base) if compared else (None, None)
-        by_seed = {r["seed"]: r["test_bpc"] for r in runs}
-        paired, paired_half = paired_interval(by_seed, base_by_seed) if compared else (None, None)
+        mean, half = mean_interval([r["test_bpc"] for r in runs])
         at_step_by_seed = valid_by_seed(runs, at_step)
         every_validated = len(at_step_by_seed) == len(runs)
-        per_step, per_step_half = paired_interval(at_step_by_seed, base_at_step) if compared else (None, None)
         speeds = [r["tokens_per_second"] for r in runs if r["tokens_per_second"] is not None]
         result.append(
             {
@@ -420,16 +411,10 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
                 "diverged": len(every) - len(runs),
                 "test_bpc": mean,
                 "test_bpc_ci": half,
-                "difference": difference,
-                "difference_ci": difference_half,
-                "paired_difference": paired,
-                "paired_ci": paired_half,
-                "seeds_needed": seeds_for(by_seed, base_by_seed) if compared else None,
+                **differences,
                 "valid_bpc": statistics.fmean(r["valid_bpc"] for r in runs),
                 "at_step": at_step,
                 "valid_at_step": statistics.fmean(at_step_by_seed.values()) if every_validated else None,
-                "step_difference": per_step,
-                "step_difference_ci": per_step_half,
                 "parameters": statistics.fmean(r["parameters"] for r in runs),
                 "steps": statistics.fmean(r["steps"] for r in runs),
                 "tokens_per_second": statistics.fmean(speeds) if speeds else None,
@@ -441,6 +426,25 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
         if scored:
             min(scored, key=lambda v: v["valid_bpc"])["best_of"] = group
     return result
+
+
+DIFFERENCE_KEYS = (
+    *("difference", "difference_ci", "paired_difference", "paired_ci", "seeds_needed"),
+    *("step_difference", "step_difference_ci"),
+)
+
+
+def versus_baseline(runs: list[dict], base: list[dict], at_step: int) -> dict:
+    """A variant's scored ``runs`` against the baseline's (:data:`DIFFERENCE_KEYS`): the
+    difference in mean test BPC and its 95% CI (Welch's), the same paired by seed
+    (:func:`paired_interval`), the seeds that CI would need to be ±:data:`TARGET_HALF_WIDTH`
+    (:func:`seeds_for`), and the difference in valid BPC at step ``at_step``, paired."""
+    test = {r["seed"]: r["test_bpc"] for r in runs}
+    base_test = {r["seed"]: r["test_bpc"] for r in base}
+    welch = difference_interval(list(test.values()), list(base_test.values()))
+    paired = paired_interval(test, base_test)
+    per_step = paired_interval(valid_by_seed(runs, at_step), valid_by_seed(base, at_step))
+    return dict(zip(DIFFERENCE_KEYS, (*welch, *paired, seeds_for(test, base_test), *per_step), strict=True))
 
 
 def valid_by_seed(rows: list[dict], step: int) -> dict[int, float]:
@@ -457,15 +461,8 @@ def _all_diverged(variant: str, rows: list[dict]) -> dict:
         "diverged": len(rows),
         "test_bpc": None,
         "test_bpc_ci": None,
-        "difference": None,
-        "difference_ci": None,
-        "paired_difference": None,
-        "paired_ci": None,
-        "seeds_needed": None,
         "valid_bpc": None,
         "valid_at_step": None,
-        "step_difference": None,
-        "step_difference_ci": None,
         "parameters": statistics.fmean(r["parameters"] for r in rows),
         "steps": statistics.fmean(r["steps"] for r in rows),
         "tokens_per_second": None,
