@@ -430,7 +430,7 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
 
 DIFFERENCE_KEYS = (
     *("difference", "difference_ci", "paired_difference", "paired_ci", "seeds_needed"),
-    *("step_difference", "step_difference_ci"),
+    *("step_difference", "step_difference_ci", "step_seeds_needed"),
 )
 
 
@@ -438,12 +438,14 @@ def versus_baseline(runs: list[dict], base: list[dict], at_step: int) -> dict:
     """A variant's scored ``runs`` against the baseline's (:data:`DIFFERENCE_KEYS`): the
     difference in mean test BPC and its 95% CI (Welch's), the same paired by seed
     (:func:`paired_interval`), the seeds that CI would need to be ±:data:`TARGET_HALF_WIDTH`
-    (:func:`seeds_for`), and the difference in valid BPC at step ``at_step``, paired."""
+    (:func:`seeds_for`), and the difference in valid BPC at step ``at_step``, paired, with
+    the seeds its CI would need."""
     test = {r["seed"]: r["test_bpc"] for r in runs}
     base_test = {r["seed"]: r["test_bpc"] for r in base}
     welch = difference_interval(list(test.values()), list(base_test.values()))
     paired = paired_interval(test, base_test)
-    per_step = paired_interval(valid_by_seed(runs, at_step), valid_by_seed(base, at_step))
+    valid, base_valid = valid_by_seed(runs, at_step), valid_by_seed(base, at_step)
+    per_step = (*paired_interval(valid, base_valid), seeds_for(valid, base_valid))
     return dict(zip(DIFFERENCE_KEYS, (*welch, *paired, seeds_for(test, base_test), *per_step), strict=True))
 
 
@@ -506,18 +508,19 @@ def markdown(variants: list[dict], baseline: str) -> str:
     lines = [
         f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | paired by seed (95% CI) | valid BPC "
         f"| valid BPC at step {at_step} | at step {at_step}, paired (95% CI) | parameters | steps | tokens/s "
-        f"| seeds for ±{TARGET_HALF_WIDTH} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| seeds for ±{TARGET_HALF_WIDTH} | the same at step {at_step} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in variants:
         name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
         speed = "-" if v["tokens_per_second"] is None else f"{v['tokens_per_second']:,.0f}"
         valid, at_step = (_plus_minus(v[key], None) for key in ("valid_bpc", "valid_at_step"))
-        needed = "-" if v["seeds_needed"] is None else f"{v['seeds_needed']:,}"
+        needed, step_needed = ("-" if v[k] is None else f"{v[k]:,}" for k in ("seeds_needed", "step_seeds_needed"))
         lines.append(
             f"| {name} | {seeds_text(v)} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
             f"{versus(v, baseline)} | {versus(v, baseline, 'paired')} | {valid} | {at_step} | "
-            f"{versus(v, baseline, 'step')} | {v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} | {needed} |"
+            f"{versus(v, baseline, 'step')} | {v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} | "
+            f"{needed} | {step_needed} |"
         )
     for v in variants:
         if v["best_of"]:
@@ -555,6 +558,7 @@ def print_report(variants: list[dict], baseline: str) -> None:
             ("steps", "steps", ",.0f"),
             ("tokens_per_second", "tokens/s", ",.0f"),
             ("seeds_needed", f"seeds for ±{TARGET_HALF_WIDTH}", ""),
+            ("step_seeds_needed", "at step", ""),
             ("best_of", "best of sweep", ""),
         ],
     )
