@@ -357,13 +357,17 @@ def difference_interval(a: list[float], b: list[float]) -> tuple[float, float | 
     return difference, float(stats.t.ppf(0.975, df)) * math.sqrt(va + vb)
 
 
+def paired_differences(a: dict[int, float], b: dict[int, float]) -> list[float]:
+    """``a[seed] - b[seed]`` for each seed both ran, in seed order."""
+    return [a[seed] - b[seed] for seed in sorted(a.keys() & b.keys())]
+
+
 def paired_interval(a: dict[int, float], b: dict[int, float]) -> tuple[float | None, float | None]:
-    """The mean over the seeds both ran of ``a[seed] - b[seed]`` and the half-width of its
-    95% interval (Student's t on the paired differences; None for fewer than two): each
-    seed's runs share its data order, and a grid runs them round by round, so that pairing
-    takes out what a seed, a session or a machine's speed adds to both. (None, None) when
-    no seed ran in both."""
-    differences = [a[seed] - b[seed] for seed in sorted(a.keys() & b.keys())]
+    """The mean of :func:`paired_differences` and the half-width of its 95% interval
+    (Student's t; None for fewer than two): each seed's runs share its data order, and a
+    grid runs them round by round, so that pairing takes out what a seed, a session or a
+    machine's speed adds to both. (None, None) when no seed ran in both."""
+    differences = paired_differences(a, b)
     return mean_interval(differences) if differences else (None, None)
 
 
@@ -371,7 +375,7 @@ def seeds_for(a: dict[int, float], b: dict[int, float], half_width: float = TARG
     """The seeds that would bring :func:`paired_interval`'s half-width to ``half_width`` or
     less, were the paired differences' spread what the seeds so far measure: the least n
     with ``t(0.975, n - 1) * s / sqrt(n) <= half_width``; None for fewer than two pairs."""
-    differences = [a[seed] - b[seed] for seed in a.keys() & b.keys()]
+    differences = paired_differences(a, b)
     if len(differences) < 2:
         return None
     spread, n = statistics.stdev(differences), 2
@@ -394,11 +398,11 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
     result = []
     for variant, every in by_variant.items():
         runs = [r for r in every if r["test_bpc"] is not None]
-        compared = bool(base and runs) and variant != baseline
-        differences = versus_baseline(runs, base, at_step) if compared else dict.fromkeys(DIFFERENCE_KEYS)
         if not runs:  # every seed diverged
-            result.append(_all_diverged(variant, every) | differences | {"at_step": at_step})
+            result.append(_all_diverged(variant, every, at_step))
             continue
+        compared = bool(base) and variant != baseline
+        differences = versus_baseline(runs, base, at_step) if compared else dict.fromkeys(DIFFERENCE_KEYS)
         mean, half = mean_interval([r["test_bpc"] for r in runs])
         at_step_by_seed = valid_by_seed(runs, at_step)
         every_validated = len(at_step_by_seed) == len(runs)
@@ -454,9 +458,9 @@ def valid_by_seed(rows: list[dict], step: int) -> dict[int, float]:
     return {row["seed"]: bpc for row in rows for _, bpc, at in row["curve"] if at == step}
 
 
-def _all_diverged(variant: str, rows: list[dict]) -> dict:
+def _all_diverged(variant: str, rows: list[dict], at_step: int) -> dict:
     """The per-variant entry of a variant whose every seed diverged: no scores."""
-    return {
+    return dict.fromkeys(DIFFERENCE_KEYS) | {
         "variant": variant,
         "group": rows[0]["group"],
         "seeds": 0,
@@ -464,6 +468,7 @@ def _all_diverged(variant: str, rows: list[dict]) -> dict:
         "test_bpc": None,
         "test_bpc_ci": None,
         "valid_bpc": None,
+        "at_step": at_step,
         "valid_at_step": None,
         "parameters": statistics.fmean(r["parameters"] for r in rows),
         "steps": statistics.fmean(r["steps"] for r in rows),
@@ -514,11 +519,11 @@ def markdown(variants: list[dict], baseline: str) -> str:
     for v in variants:
         name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
         speed = "-" if v["tokens_per_second"] is None else f"{v['tokens_per_second']:,.0f}"
-        valid, at_step = (_plus_minus(v[key], None) for key in ("valid_bpc", "valid_at_step"))
+        valid, valid_at = (_plus_minus(v[key], None) for key in ("valid_bpc", "valid_at_step"))
         needed, step_needed = ("-" if v[k] is None else f"{v[k]:,}" for k in ("seeds_needed", "step_seeds_needed"))
         lines.append(
             f"| {name} | {seeds_text(v)} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
-            f"{versus(v, baseline)} | {versus(v, baseline, 'paired')} | {valid} | {at_step} | "
+            f"{versus(v, baseline)} | {versus(v, baseline, 'paired')} | {valid} | {valid_at} | "
             f"{versus(v, baseline, 'step')} | {v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} | "
             f"{needed} | {step_needed} |"
         )
