@@ -384,12 +384,27 @@ def seeds_for(a: dict[int, float], b: dict[int, float], half_width: float = TARG
     return n
 
 
+def final_slope(curve: list[list[float]]) -> float | None:
+    """How fast a run was still learning when its budget ran out: the least-squares slope
+    of validation BPC against training seconds over the curve's last third (its points at
+    or after two thirds of its last validation's seconds), in BPC per 100 s (negative:
+    still falling); None for fewer than three points there."""
+    if not curve:
+        return None
+    end = curve[-1][0]
+    points = [(seconds, bpc) for seconds, bpc, *_ in curve if seconds >= end * 2 / 3]
+    if len(points) < 3:
+        return None
+    return 100 * float(stats.linregress(*zip(*points)).slope)
+
+
 def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list[dict]:
     """One entry per variant with rows (in their order): seeds, test BPC mean and 95% CI,
     the differences from ``baseline`` (:func:`versus_baseline`; None for the baseline itself
     and without baseline rows), mean valid BPC, the mean valid BPC at step ``at_step``
     (None unless every seed validated there: what a variant learns per step, its speed
-    aside), parameters, steps and tokens/s (means), and ``best_of`` (the group it is the
+    aside), parameters, steps and tokens/s (means), ``slope`` (the mean of the seeds'
+    :func:`final_slope`; None if no seed has one), and ``best_of`` (the group it is the
     best of by mean valid BPC, else None)."""
     by_variant: dict[str, list[dict]] = {}
     for row in rows:
@@ -407,6 +422,7 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
         at_step_by_seed = valid_by_seed(runs, at_step)
         every_validated = len(at_step_by_seed) == len(runs)
         speeds = [r["tokens_per_second"] for r in runs if r["tokens_per_second"] is not None]
+        slopes = [s for s in map(final_slope, (r["curve"] for r in runs)) if s is not None]
         result.append(
             {
                 "variant": variant,
@@ -422,6 +438,7 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
                 "parameters": statistics.fmean(r["parameters"] for r in runs),
                 "steps": statistics.fmean(r["steps"] for r in runs),
                 "tokens_per_second": statistics.fmean(speeds) if speeds else None,
+                "slope": statistics.fmean(slopes) if slopes else None,
                 "best_of": None,
             }
         )
@@ -473,6 +490,7 @@ def _all_diverged(variant: str, rows: list[dict], at_step: int) -> dict:
         "parameters": statistics.fmean(r["parameters"] for r in rows),
         "steps": statistics.fmean(r["steps"] for r in rows),
         "tokens_per_second": None,
+        "slope": None,
         "best_of": None,
     }
 
@@ -513,19 +531,20 @@ def markdown(variants: list[dict], baseline: str) -> str:
     lines = [
         f"| variant | seeds | test BPC (95% CI) | vs {baseline} (95% CI) | paired by seed (95% CI) | valid BPC "
         f"| valid BPC at step {at_step} | at step {at_step}, paired (95% CI) | parameters | steps | tokens/s "
-        f"| seeds for ±{TARGET_HALF_WIDTH} | the same at step {at_step} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| seeds for ±{TARGET_HALF_WIDTH} | the same at step {at_step} | BPC per 100 s, last third |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in variants:
         name = v["variant"] + (f" ({v['group']})" if v["group"] else "")
         speed = "-" if v["tokens_per_second"] is None else f"{v['tokens_per_second']:,.0f}"
         valid, valid_at = (_plus_minus(v[key], None) for key in ("valid_bpc", "valid_at_step"))
         needed, step_needed = ("-" if v[k] is None else f"{v[k]:,}" for k in ("seeds_needed", "step_seeds_needed"))
+        slope = _plus_minus(v["slope"], None, signed=True)
         lines.append(
             f"| {name} | {seeds_text(v)} | {_plus_minus(v['test_bpc'], v['test_bpc_ci'])} | "
             f"{versus(v, baseline)} | {versus(v, baseline, 'paired')} | {valid} | {valid_at} | "
             f"{versus(v, baseline, 'step')} | {v['parameters']:,.0f} | {v['steps']:,.0f} | {speed} | "
-            f"{needed} | {step_needed} |"
+            f"{needed} | {step_needed} | {slope} |"
         )
     for v in variants:
         if v["best_of"]:
@@ -564,6 +583,7 @@ def print_report(variants: list[dict], baseline: str) -> None:
             ("tokens_per_second", "tokens/s", ",.0f"),
             ("seeds_needed", f"seeds for ±{TARGET_HALF_WIDTH}", ""),
             ("step_seeds_needed", "at step", ""),
+            ("slope", "BPC/100 s, last third", "+.4f"),
             ("best_of", "best of sweep", ""),
         ],
     )

@@ -113,6 +113,22 @@ def test_paired_intervals_take_differences_seed_by_seed_and_say_the_seeds_a_targ
     assert ab.seeds_for({1: 2.0}, {1: 1.0}) is None
 
 
+def test_the_final_slope_is_the_last_thirds_least_squares_line_in_bpc_per_100_s():
+    falling = [[s, 3.0 - 0.001 * s, step] for step, s in enumerate(range(0, 901, 100))]
+    assert ab.final_slope(falling) == pytest.approx(-0.1)  # 0.001 BPC/s
+    bent = falling[:6] + [[600.0 + s, 2.4 - 0.0002 * s, 0] for s in (100, 200, 300)]  # flatter from 600 s
+    assert ab.final_slope(bent) == pytest.approx(-0.02)  # the points at 600 s and after: the last third
+    assert ab.final_slope(falling[:2]) is None and ab.final_slope([]) is None
+    rows = [
+        {"variant": "v", "seed": seed, "group": None, "test_bpc": 1.0, "valid_bpc": 1.0, "curve": curve}
+        | {"parameters": 1, "steps": 1, "tokens_per_second": 1.0}
+        for seed, curve in ((1, falling), (2, bent), (3, falling[:2]))
+    ]
+    (variant,) = ab.per_variant(rows, "v")
+    assert variant["slope"] == pytest.approx(-0.06)  # seeds 1 and 2; seed 3 has too few points
+    assert ab.markdown([variant], "v").splitlines()[-1].endswith("| -0.0600 |")
+
+
 def test_report_rows_per_variant_with_the_best_of_a_sweep():
     def row(variant, seed, test, valid, group=None, curve=()):
         return {"variant": variant, "seed": seed, "group": group, "test_bpc": test, "valid_bpc": valid, "curve": curve}
@@ -138,7 +154,7 @@ def test_report_rows_per_variant_with_the_best_of_a_sweep():
     assert later["base"]["valid_at_step"] is None and later["lr-a"]["step_difference"] is None  # seed 1 never got there
     assert "| valid BPC at step 301 | at step 301, paired (95% CI) |" in ab.markdown(list(later.values()), "base")
     assert (
-        "| base | 2 | 1.1000 ± 1.2706 | baseline | baseline | 1.2000 | 2.2500 | baseline | 10 | 6 | 100 | - | - |"
+        "| base | 2 | 1.1000 ± 1.2706 | baseline | baseline | 1.2000 | 2.2500 | baseline | 10 | 6 | 100 | - | - | - |"
         in text
     )
     assert "| lr-a (sweep) | 1 | 1.5000 | +0.4000 | +0.5000 | 1.4000 | 2.3000 | +0.3000 |" in text  # paired: seed 1
