@@ -154,3 +154,21 @@ def test_targets_are_judged_only_for_rows_that_exist(benchmark_modules):
         "generation fast 1 stream >= 2,000 bytes/s": True,
         "generation fast-nocompile 64 streams >= 50,000 bytes/s": False,
     }
+
+
+def test_lstm_cells_times_both_cells_and_the_products_floor_against_pytorchs_lstm(tmp_path):
+    out = tmp_path / "cells.json"
+    command = [sys.executable, str(BENCHMARKS / "lstm_cells.py"), "--window", "4", "--batch", "2", "--d-model", "8"]
+    done = subprocess.run(
+        [*command, "--repeats", "2", "--json", str(out)], capture_output=True, text=True, env=SUBPROCESS_ENV, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert [row["cell"] for row in result["rows"]] == ["lstm", "ln_lstm", "recurrent products alone"]
+    for row in result["rows"]:
+        for name in ("forward", "forward+backward"):
+            assert row[f"{name}_ms"] > 0
+            assert row[f"{name}_vs_lstm"] == pytest.approx(row[f"{name}_ms"] / result["rows"][0][f"{name}_ms"])
+    assert result["lstm_kernel"].endswith("Backward0") and (result["window"], result["d_model"]) == (4, 8)
+    refused = subprocess.run([*command, "--repeats", "0"], capture_output=True, text=True, env=SUBPROCESS_ENV)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].endswith("must be at least 1")
