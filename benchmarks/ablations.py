@@ -43,15 +43,22 @@ BPC with its 95% confidence interval over seeds (Student's t), the difference fr
 baseline with its 95% interval (Welch), parameters, steps and tokens/s; its Markdown
 (``--markdown``), the JSON (``--json``: the format of docs/ablations.json) and a figure
 (``--plot``: validation BPC against training seconds, one line per variant, the mean over
-seeds with a min-max band).
+seeds with a min-max band). With ``--speeds FILE`` (each variant's training tokens/s,
+measured quiet in one run by ``benchmarks/variant_speeds.py``) the report also compares
+the variants at equal compute: each run's validation BPC at the step its variant reaches
+in the baseline's time at those speeds, paired by seed (:func:`equal_compute`), which
+takes the machine's day out of a wall-clock budget.
 
     python benchmarks/ablations.py                       # the whole grid, resumable
     python benchmarks/ablations.py --only single-head,no-attention --seeds 1
     python benchmarks/ablations.py --report --markdown docs/ablations.md.table \\
         --json docs/ablations.json --plot docs/ablations.png
+    python benchmarks/variant_speeds.py --json speeds.json   # then:
+    python benchmarks/ablations.py --report --speeds speeds.json
 
 Outputs are checked before any work: ``--out`` must be a folder or not exist yet,
-``--json``, ``--markdown`` and ``--plot`` must name files in existing folders.
+``--json``, ``--markdown`` and ``--plot`` must name files in existing folders, and
+``--speeds`` a speeds file with every selected variant's speed.
 
 Exit status 0; 1 when a run failed (the others still run); 2 for a bad grid or option, or
 a missing dependency (scipy: ``pip install -e ".[bench]"``); 130 or 143 when interrupted.
@@ -61,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import math
 import os
@@ -495,6 +503,79 @@ def _all_diverged(variant: str, rows: list[dict], at_step: int) -> dict:
     }
 
 
+# ----------------------------------------------------------------------------- equal compute
+
+
+def read_speeds(path: Path, variants: list[str]) -> dict[str, float]:
+    """Each variant's quiet training tokens/s, from a ``benchmarks/variant_speeds.py`` result.
+
+    Raises:
+        GridError: the file cannot be read as one, or has no speed for one of ``variants``.
+    """
+    try:
+        rows = json.loads(path.read_text())["variants"]
+        speeds = {row["variant"]: float(row["tokens_per_second"]) for row in rows}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise GridError(f"--speeds {path}: not a result of benchmarks/variant_speeds.py ({e})") from None
+    missing = [v for v in variants if not speeds.get(v, 0) > 0]
+    if missing:
+        raise GridError(f"--speeds {path} has no speed for {', '.join(missing)}: measure this grid's variants")
+    return speeds
+
+
+def valid_at(curve: list[list[float]], step: float) -> float | None:
+    """The validation BPC of a run's ``curve`` at ``step``: linear between the validations on
+    either side of it (every ``valid_every_steps`` and at the run's end); None past its last."""
+    for (_, before, first), (_, after, last) in itertools.pairwise(curve):
+        if first <= step <= last and last > first:
+            return before + (after - before) * (step - first) / (last - first)
+    return next((bpc for _, bpc, at in curve if at == step), None)
+
+
+def equal_compute(rows: list[dict], baseline: str, speeds: dict[str, float]) -> dict | None:
+    """The variants at equal compute, their speeds measured quiet instead of on the day
+    (docs/ablations.md, "At equal compute"). The baseline's budget, ``budget_steps``, is the
+    most steps every scored run reaches at its variant's speed: the least, over runs, of the
+    run's last step x speed(baseline) / speed(variant). In that time a variant trains
+    ``budget_steps x speed(variant) / speed(baseline)`` steps; its runs' validation BPC there
+    (:func:`valid_at`) is compared with the baseline's at ``budget_steps``, paired by seed
+    (:func:`paired_interval`, :func:`seeds_for`); a run with no validation by then is left
+    out. None without scored runs."""
+    scored = [r for r in rows if r["test_bpc"] is not None and r["curve"]]
+    if not scored:
+        return None
+    speed = {r["variant"]: speeds[r["variant"]] / speeds[baseline] for r in scored}
+    budget = int(min(r["curve"][-1][2] / speed[r["variant"]] for r in scored))
+    by_variant: dict[str, list[dict]] = {}
+    for row in scored:
+        by_variant.setdefault(row["variant"], []).append(row)
+    base = {r["seed"]: valid_at(r["curve"], budget) for r in by_variant.get(baseline, [])}
+    base = {seed: bpc for seed, bpc in base.items() if bpc is not None}
+    entries = []
+    for variant, runs in by_variant.items():
+        steps = round(budget * speed[variant])
+        at_steps = {r["seed"]: valid_at(r["curve"], steps) for r in runs}
+        valid = {seed: bpc for seed, bpc in at_steps.items() if bpc is not None}  # validated by then
+        compared = bool(base) and variant != baseline
+        difference, half = paired_interval(valid, base) if compared else (None, None)
+        entries.append(
+            {
+                "variant": variant,
+                "tokens_per_second": speeds[variant],
+                "speed": speed[variant],
+                "steps": steps,
+                "valid_bpc": statistics.fmean(valid.values()) if valid else None,
+                "paired_difference": difference,
+                "paired_ci": half,
+                "seeds_needed": seeds_for(valid, base) if compared else None,
+            }
+        )
+    first = by_variant.get(baseline, scored)[0]
+    config = load_config(first["preset"], first["overrides"])
+    seconds = budget * config.bptt * config.train_streams / speeds[baseline]
+    return {"budget_steps": budget, "budget_seconds": seconds, "variants": entries}
+
+
 # ----------------------------------------------------------------------------- output
 
 
@@ -551,6 +632,27 @@ def markdown(variants: list[dict], baseline: str) -> str:
             lines.append(
                 f"\nThe lr sweep {v['best_of']}: best by mean valid BPC is {v['variant']} ({v['valid_bpc']:.4f})."
             )
+    return "\n".join(lines)
+
+
+def equal_compute_markdown(compared: dict, baseline: str) -> str:
+    """:func:`equal_compute`'s table in Markdown, under a line that gives the budget."""
+    lines = [
+        f"At equal compute: {compared['budget_steps']:,} steps of {baseline} (about "
+        f"{compared['budget_seconds']:,.0f} s at its quiet speed), and of each variant the steps it trains in "
+        "that time at its quiet speed:",
+        "",
+        f"| variant | quiet tokens/s | speed vs {baseline} | steps | valid BPC | paired by seed (95% CI) "
+        f"| seeds for ±{TARGET_HALF_WIDTH} |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for v in compared["variants"]:
+        difference = "baseline" if v["variant"] == baseline else versus(v, baseline, "paired")
+        needed = "-" if v["seeds_needed"] is None else f"{v['seeds_needed']:,}"
+        lines.append(
+            f"| {v['variant']} | {v['tokens_per_second']:,.0f} | {v['speed']:.3f} | {v['steps']:,} | "
+            f"{_plus_minus(v['valid_bpc'], None)} | {difference} | {needed} |"
+        )
     return "\n".join(lines)
 
 
@@ -624,8 +726,11 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"wrote {path}")
 
 
-def results(grid: Grid, grid_path: Path, rows: list[dict], at_step: int = AT_STEP) -> dict:
-    """What OUT/results.json and --json hold: the grid, the machine and the rows."""
+def results(
+    grid: Grid, grid_path: Path, rows: list[dict], at_step: int = AT_STEP, speeds: dict[str, float] | None = None
+) -> dict:
+    """What OUT/results.json and --json hold: the grid, the machine and the rows; with
+    ``speeds``, the variants at equal compute (:func:`equal_compute`)."""
     env = environment(torch.device("cpu")) | {
         "cpu_threads": grid.threads,
         "cpu_count": os.cpu_count(),
@@ -638,6 +743,7 @@ def results(grid: Grid, grid_path: Path, rows: list[dict], at_step: int = AT_STE
         "baseline": grid.baseline,
         "environment": env,
         "variants": per_variant(rows, grid.baseline, at_step),
+        **({"equal_compute": equal_compute(rows, grid.baseline, speeds)} if speeds else {}),
         "runs": rows,
     }
 
@@ -663,18 +769,23 @@ def write_results(grid: Grid, grid_path: Path, runs: list[Run], out: Path) -> li
     return rows
 
 
-def report(grid: Grid, grid_path: Path, rows: list[dict], args) -> None:
-    """The table on stdout and the outputs the options ask for."""
+def report(grid: Grid, grid_path: Path, rows: list[dict], args, speeds: dict[str, float] | None) -> None:
+    """The table on stdout and the outputs the options ask for; with ``speeds``, the
+    variants at equal compute too."""
     variants = per_variant(rows, grid.baseline, args.at_step)
     print(f"\n{len(rows)} finished run(s), {grid.seconds:g} s of training each, {grid.threads} thread(s)")
     print_report(variants, grid.baseline)
     text = markdown(variants, grid.baseline)
+    compared = equal_compute(rows, grid.baseline, speeds) if speeds else None
+    if compared:
+        text += "\n\n" + equal_compute_markdown(compared, grid.baseline)
     print(f"\nMarkdown:\n\n{text}")
     if args.markdown:
         write_atomically(args.markdown, text + "\n")
         print(f"wrote {args.markdown}")
     if args.json:
-        write_atomically(args.json, json.dumps(portable(results(grid, grid_path, rows, args.at_step)), indent=2) + "\n")
+        published = portable(results(grid, grid_path, rows, args.at_step, speeds))
+        write_atomically(args.json, json.dumps(published, indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
         plot(rows, Path(args.plot))
@@ -842,6 +953,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--at-step", type=int, default=AT_STEP, help="the step of the per-step comparison [%(default)s]"
     )
+    parser.add_argument(
+        "--speeds", type=Path, default=None, help="compare at equal compute at these speeds (variant_speeds.py)"
+    )
     args = parser.parse_args(argv)
     if args.seconds is not None and not args.seconds > 0:
         parser.error("--seconds must be > 0")
@@ -857,9 +971,11 @@ def main(argv: list[str] | None = None) -> int:
                 for run in grid.runs:
                     planned_config(run, grid.seconds)
             runs = select(grid.runs, args.only, args.seeds)
+            variants = sorted({r.variant for r in runs} | {grid.baseline})
+            speeds = read_speeds(args.speeds, variants) if args.speeds else None
             if not args.report:
                 code = run_grid(grid, args.grid, runs, args.out)
-            report(grid, args.grid, finished_rows(runs, args.out, grid.threads), args)
+            report(grid, args.grid, finished_rows(runs, args.out, grid.threads), args, speeds)
     except SharnnError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -129,6 +129,52 @@ def test_the_final_slope_is_the_last_thirds_least_squares_line_in_bpc_per_100_s(
     assert ab.markdown([variant], "v").splitlines()[-1].endswith("| -0.0600 |")
 
 
+def test_valid_at_interpolates_between_validations_and_stops_at_the_last():
+    curve = [[10.0, 3.0, 100], [20.0, 2.0, 200], [25.0, 1.8, 250]]
+    assert ab.valid_at(curve, 150) == pytest.approx(2.5) and ab.valid_at(curve, 240) == pytest.approx(1.84)
+    assert ab.valid_at(curve, 100) == 3.0 and ab.valid_at(curve, 250) == 1.8
+    assert ab.valid_at(curve, 99) is None and ab.valid_at(curve, 251) is None and ab.valid_at([], 1) is None
+    assert ab.valid_at([[5.0, 2.0, 7]], 7) == 2.0
+
+
+def test_equal_compute_compares_each_variant_at_the_steps_its_quiet_speed_buys(tmp_path):
+    def row(variant, seed, last, slope):  # valid BPC 4 - slope * step / 100, validated every 100 steps and at the end
+        steps = [*range(100, last, 100), last]
+        curve = [[float(s), 4 - slope * s / 100, s] for s in steps]
+        return {"variant": variant, "seed": seed, "test_bpc": 1.0, "curve": curve, "preset": "ablation-small"} | {
+            "overrides": ["bptt=64", f"seed={seed}"]
+        }
+
+    rows = [row("base", 1, 1000, 0.1), row("base", 2, 1200, 0.1), row("fast", 1, 1800, 0.05)]
+    rows += [row("fast", 2, 1500, 0.06), row("slow", 1, 450, 0.2), row("slow", 2, 500, 0.2)]
+    rows.append(row("base", 3, 1100, 0.1) | {"test_bpc": None})  # diverged: not scored
+    speeds = {"base": 100.0, "fast": 150.0, "slow": 50.0, "other": 7.0}
+    compared = ab.equal_compute(rows, "base", speeds)
+    # in baseline steps the runs reach 1000, 1200; 1800 / 1.5, 1500 / 1.5; 450 / 0.5, 500 / 0.5: at most 900 for all
+    assert compared["budget_steps"] == 900
+    streams = load_config("ablation-small").train_streams
+    assert compared["budget_seconds"] == pytest.approx(900 * 64 * streams / 100)  # tokens a step, over tokens/s
+    entries = {v["variant"]: v for v in compared["variants"]}
+    assert (entries["fast"]["steps"], entries["slow"]["steps"]) == (1350, 450) and entries["fast"]["speed"] == 1.5
+    assert entries["base"]["valid_bpc"] == pytest.approx(3.1) and entries["base"]["paired_difference"] is None
+    assert entries["fast"]["valid_bpc"] == pytest.approx(4 - (0.675 + 0.81) / 2)  # seeds 1 and 2 at step 1350
+    assert entries["fast"]["paired_difference"] == pytest.approx((0.225 + 0.09) / 2)  # against 3.1 each
+    assert entries["slow"]["paired_difference"] == pytest.approx(0.0) and entries["slow"]["paired_ci"] == 0.0
+    table = ab.equal_compute_markdown(compared, "base")
+    assert table.startswith(f"At equal compute: 900 steps of base (about {576 * streams:,} s at its quiet speed)")
+    assert "| fast | 150 | 1.500 | 1,350 | 3.2575 | +0.1575 ± " in table and "| base | 100 | 1.000 | 900 |" in table
+    assert ab.equal_compute([rows[-1]], "base", speeds) is None
+
+    path = tmp_path / "speeds.json"
+    path.write_text(json.dumps({"variants": [{"variant": k, "tokens_per_second": v} for k, v in speeds.items()]}))
+    assert ab.read_speeds(path, ["base", "fast"]) == speeds
+    with pytest.raises(ab.GridError, match="has no speed for missing"):
+        ab.read_speeds(path, ["base", "missing"])
+    path.write_text("{}")
+    with pytest.raises(ab.GridError, match="not a result of benchmarks/variant_speeds"):
+        ab.read_speeds(path, ["base"])
+
+
 def test_report_rows_per_variant_with_the_best_of_a_sweep():
     def row(variant, seed, test, valid, group=None, curve=()):
         return {"variant": variant, "seed": seed, "group": group, "test_bpc": test, "valid_bpc": valid, "curve": curve}
@@ -277,7 +323,7 @@ def test_a_grid_runs_to_the_end_reports_and_each_row_reproduces(tmp_path, capsys
     assert table[0] == (
         "| variant | seeds | test BPC (95% CI) | vs single-head (95% CI) | paired by seed (95% CI) | valid BPC "
         "| valid BPC at step 300 | at step 300, paired (95% CI) | parameters | steps | tokens/s | seeds for ±0.03 "
-        "| the same at step 300 |"
+        "| the same at step 300 | BPC per 100 s, last third |"
     )
     no_attention = table[3].split(" | ")
     assert no_attention[0] == "| no-attention" and " ± " in no_attention[2] and no_attention[3].startswith(("+", "-"))
@@ -294,6 +340,21 @@ def test_a_grid_runs_to_the_end_reports_and_each_row_reproduces(tmp_path, capsys
     assert started(capsys.readouterr().err) == []
     no_attention_rows = [{k: v for k, v in r.items() if k != "run_dir"} for r in rows[1::2]]
     assert json.loads(again.read_text())["runs"] == no_attention_rows
+
+    speeds = tmp_path / "speeds.json"  # each variant's speed, quiet, then the runs compared at equal compute
+    script = ROOT / "benchmarks" / "variant_speeds.py"
+    measured = run([sys.executable, script, "--grid", grid, "--steps", "1", "--repeats", "2", "--json", speeds])
+    assert measured.returncode == 0, measured.stderr
+    speed_rows = json.loads(speeds.read_text())["variants"]
+    assert [r["variant"] for r in speed_rows] == ["single-head", "no-attention"] and speed_rows[0]["vs_baseline"] == 1
+    assert all(len(r["samples"]) == 2 and r["tokens_per_second"] > 0 for r in speed_rows)
+    table = tmp_path / "equal.md"
+    assert (
+        ab.main(["--grid", str(grid), "--out", str(out), "--report", "--speeds", str(speeds), "--markdown", str(table)])
+        == 0
+    )
+    assert "| variant | quiet tokens/s | speed vs single-head | steps | valid BPC |" in table.read_text()
+    assert ab.main(["--grid", str(grid), "--out", str(out), "--report", "--speeds", str(grid)]) == 2  # not speeds
 
     row = rows[0]  # its own command gives its test BPC again
     reproduced = cli(
