@@ -691,9 +691,11 @@ def print_report(variants: list[dict], baseline: str) -> None:
     )
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, speeds: dict[str, float] | None = None) -> None:
     """Valid BPC against training seconds: per variant the mean over seeds on a common time
-    grid (up to the shortest seed's last validation) and a band from min to max."""
+    grid (up to the shortest seed's last validation) and a band from min to max. With
+    ``speeds``, against the seconds each validation's steps take at the variant's quiet
+    speed (``step x bptt x train_streams / tokens/s``: equal compute), not as they ran."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -703,7 +705,12 @@ def plot(rows: list[dict], path: Path) -> None:
     curves: dict[str, list[list]] = {}
     for row in rows:
         if row["curve"]:
-            curves.setdefault(row["variant"], []).append(row["curve"])
+            curve = row["curve"]
+            if speeds:
+                config = load_config(row["preset"], row["overrides"])
+                per_step = config.bptt * config.train_streams / speeds[row["variant"]]
+                curve = [[at * per_step, bpc, at] for _, bpc, at in curve]
+            curves.setdefault(row["variant"], []).append(curve)
     fig, ax = plt.subplots(figsize=(9, 6))
     for i, (variant, seeds) in enumerate(curves.items()):
         end = min(c[-1][0] for c in seeds)
@@ -713,9 +720,10 @@ def plot(rows: list[dict], path: Path) -> None:
         style = ("-", "--", ":")[i // 10 % 3]  # ten colours, then the same colours dashed
         ax.plot(grid, values.mean(axis=0), f"C{i % 10}", linestyle=style, label=f"{variant} ({len(seeds)} seeds)")
         ax.fill_between(grid, values.min(axis=0), values.max(axis=0), color=f"C{i % 10}", alpha=0.2)
-    ax.set_xlabel("training seconds")
+    ax.set_xlabel("training seconds at the variant's quiet speed" if speeds else "training seconds")
     ax.set_ylabel("validation bits per byte")
-    ax.set_title("Validation BPC against training time (mean over seeds, band: min-max)")
+    title = "at equal compute" if speeds else "against training time"
+    ax.set_title(f"Validation BPC {title} (mean over seeds, band: min-max)")
     ax.grid(alpha=0.3)
     if curves:
         ax.legend(fontsize=8)
@@ -788,7 +796,7 @@ def report(grid: Grid, grid_path: Path, rows: list[dict], args, speeds: dict[str
         write_atomically(args.json, json.dumps(published, indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
-        plot(rows, Path(args.plot))
+        plot(rows, Path(args.plot), speeds)
 
 
 # ----------------------------------------------------------------------------- running

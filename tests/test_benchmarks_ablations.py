@@ -348,12 +348,11 @@ def test_a_grid_runs_to_the_end_reports_and_each_row_reproduces(tmp_path, capsys
     speed_rows = json.loads(speeds.read_text())["variants"]
     assert [r["variant"] for r in speed_rows] == ["single-head", "no-attention"] and speed_rows[0]["vs_baseline"] == 1
     assert all(len(r["samples"]) == 2 and r["tokens_per_second"] > 0 for r in speed_rows)
-    table = tmp_path / "equal.md"
-    assert (
-        ab.main(["--grid", str(grid), "--out", str(out), "--report", "--speeds", str(speeds), "--markdown", str(table)])
-        == 0
-    )
+    table, figure = tmp_path / "equal.md", tmp_path / "equal.png"
+    options = ["--speeds", speeds, "--markdown", table, "--plot", figure]
+    assert ab.main(["--grid", str(grid), "--out", str(out), "--report", *map(str, options)]) == 0
     assert "| variant | quiet tokens/s | speed vs single-head | steps | valid BPC |" in table.read_text()
+    assert figure.stat().st_size > 0  # the curves against the seconds at each variant's quiet speed
     assert ab.main(["--grid", str(grid), "--out", str(out), "--report", "--speeds", str(grid)]) == 2  # not speeds
 
     row = rows[0]  # its own command gives its test BPC again
