@@ -156,6 +156,7 @@ def test_targets_are_judged_only_for_rows_that_exist(benchmark_modules):
     }
 
 
+@pytest.mark.slow
 def test_lstm_cells_times_both_cells_and_the_products_floor_against_pytorchs_lstm(tmp_path):
     out = tmp_path / "cells.json"
     command = [sys.executable, str(BENCHMARKS / "lstm_cells.py"), "--window", "4", "--batch", "2", "--d-model", "8"]
