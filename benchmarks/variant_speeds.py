@@ -55,6 +55,18 @@ def trainer(config, windows: int):
     return run, windows * config.bptt * config.train_streams
 
 
+def interleaved(timed: dict, warmup: int, repeats: int) -> dict[str, list[float]]:
+    """Tokens/s of each ``variant: (run, tokens)`` in ``repeats`` rounds, every variant in
+    turn each round, after ``warmup`` untimed rounds."""
+    rates: dict[str, list[float]] = {variant: [] for variant in timed}
+    for index in range(warmup + repeats):
+        for variant, (run, tokens) in timed.items():
+            (seconds,) = time_repeats(run, torch.device("cpu"), 1)
+            if index >= warmup:
+                rates[variant].append(tokens / seconds)
+    return rates
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", type=Path, default=GRID, help="the grid's YAML file [benchmarks/ablations.yaml]")
@@ -75,17 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     for run in grid.runs:
         first.setdefault(run.variant, run)
     timed = {variant: trainer(planned_config(run, grid.seconds), args.steps) for variant, run in first.items()}
-    rates: dict[str, list[float]] = {variant: [] for variant in timed}
-    for r in range(args.warmup + args.repeats):
-        for variant, (run, tokens) in timed.items():
-            (seconds,) = time_repeats(run, torch.device("cpu"), 1)
-            if r >= args.warmup:
-                rates[variant].append(tokens / seconds)
+    rates = interleaved(timed, args.warmup, args.repeats)
     base = statistics.median(rates[grid.baseline])
     rows = [
-        {"variant": v, "tokens_per_second": statistics.median(r), "vs_baseline": statistics.median(r) / base}
-        | {"samples": r}
-        for v, r in rates.items()
+        {"variant": variant, "tokens_per_second": statistics.median(samples)}
+        | {"vs_baseline": statistics.median(samples) / base, "samples": samples}
+        for variant, samples in rates.items()
     ]
     print_table(
         rows,
