@@ -439,11 +439,15 @@ def test_a_diverged_run_is_a_result_reported_and_never_retried(tmp_path):
 def test_the_span_1024_grid_plans_five_seeds_of_each_variant_at_that_span():
     """benchmarks/ablations-span1024.yaml (docs/ablations.md): the unresolved claims at a span
     of 1,024 (896 positions of memory in front of each window), and the first grid's span of
-    256 beside them, five seeds of 900 s, round by round."""
+    256 beside them, five seeds of 900 s, round by round; seven for the paper's model, the
+    vector gate and the LN-LSTM."""
     grid = ab.read_grid(ab.GRID.with_name("ablations-span1024.yaml"))
     variants = {r.variant for r in grid.runs}
     assert variants == {"single-head", "no-attention", "every-block", "vector-gate", "ln-lstm", "span-256"}
-    assert len(grid.runs) == 30 and grid.seconds == 900
+    assert len(grid.runs) == 36 and grid.seconds == 900
+    assert [r.name for r in grid.runs[30:]] == [
+        f"{v}-seed{s}" for s in (6, 7) for v in ("single-head", "vector-gate", "ln-lstm")
+    ]
     assert [r.variant for r in grid.runs[:6]] == [
         "single-head",
         "no-attention",
