@@ -534,7 +534,7 @@ def valid_at(curve: list[list[float]], step: float) -> float | None:
 
 def equal_compute(rows: list[dict], baseline: str, speeds: dict[str, float]) -> dict | None:
     """The variants at equal compute, their speeds measured quiet instead of on the day
-    (docs/ablations.md, "At equal compute"). The baseline's budget, ``budget_steps``, is the
+    (docs/ablations.md, "Three ways to compare"). The baseline's budget, ``budget_steps``, is the
     most steps every scored run reaches at its variant's speed: the least, over runs, of the
     run's last step x speed(baseline) / speed(variant). In that time a variant trains
     ``budget_steps x speed(variant) / speed(baseline)`` steps; its runs' validation BPC there

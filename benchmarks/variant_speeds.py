@@ -1,5 +1,5 @@
 """The training speed of each variant of an ablation grid, all in one quiet run
-(docs/ablations.md, "At equal compute").
+(docs/ablations.md, "Three ways to compare").
 
 A grid's wall-clock budget measures the machine's day as well as the variant: on a shared
 host the same run took 1,100 to 1,529 steps in 900 s. This script measures every
