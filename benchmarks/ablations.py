@@ -406,6 +406,20 @@ def final_slope(curve: list[list[float]]) -> float | None:
     return 100 * float(stats.linregress(*zip(*points)).slope)
 
 
+def group_by_variant(rows: list[dict]) -> dict[str, list[dict]]:
+    """``rows`` by their variant, each variant's in their order."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["variant"], []).append(row)
+    return groups
+
+
+def tokens_per_step(row: dict) -> int:
+    """The tokens one optimizer step of the row's run trains on (``bptt x train_streams``)."""
+    config = load_config(row["preset"], row["overrides"])
+    return config.bptt * config.train_streams
+
+
 def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list[dict]:
     """One entry per variant with rows (in their order): seeds, test BPC mean and 95% CI,
     the differences from ``baseline`` (:func:`versus_baseline`; None for the baseline itself
@@ -414,9 +428,7 @@ def per_variant(rows: list[dict], baseline: str, at_step: int = AT_STEP) -> list
     aside), parameters, steps and tokens/s (means), ``slope`` (the mean of the seeds'
     :func:`final_slope`; None if no seed has one), and ``best_of`` (the group it is the
     best of by mean valid BPC, else None)."""
-    by_variant: dict[str, list[dict]] = {}
-    for row in rows:
-        by_variant.setdefault(row["variant"], []).append(row)
+    by_variant = group_by_variant(rows)
     base = [r for r in by_variant.get(baseline, []) if r["test_bpc"] is not None]
     result = []
     for variant, every in by_variant.items():
@@ -546,9 +558,7 @@ def equal_compute(rows: list[dict], baseline: str, speeds: dict[str, float]) -> 
         return None
     speed = {r["variant"]: speeds[r["variant"]] / speeds[baseline] for r in scored}
     budget = int(min(r["curve"][-1][2] / speed[r["variant"]] for r in scored))
-    by_variant: dict[str, list[dict]] = {}
-    for row in scored:
-        by_variant.setdefault(row["variant"], []).append(row)
+    by_variant = group_by_variant(scored)
     base = {r["seed"]: valid_at(r["curve"], budget) for r in by_variant.get(baseline, [])}
     base = {seed: bpc for seed, bpc in base.items() if bpc is not None}
     entries = []
@@ -570,9 +580,7 @@ def equal_compute(rows: list[dict], baseline: str, speeds: dict[str, float]) -> 
                 "seeds_needed": seeds_for(valid, base) if compared else None,
             }
         )
-    first = by_variant.get(baseline, scored)[0]
-    config = load_config(first["preset"], first["overrides"])
-    seconds = budget * config.bptt * config.train_streams / speeds[baseline]
+    seconds = budget * tokens_per_step(by_variant.get(baseline, scored)[0]) / speeds[baseline]
     return {"budget_steps": budget, "budget_seconds": seconds, "variants": entries}
 
 
@@ -707,8 +715,7 @@ def plot(rows: list[dict], path: Path, speeds: dict[str, float] | None = None) -
         if row["curve"]:
             curve = row["curve"]
             if speeds:
-                config = load_config(row["preset"], row["overrides"])
-                per_step = config.bptt * config.train_streams / speeds[row["variant"]]
+                per_step = tokens_per_step(row) / speeds[row["variant"]]
                 curve = [[at * per_step, bpc, at] for _, bpc, at in curve]
             curves.setdefault(row["variant"], []).append(curve)
     fig, ax = plt.subplots(figsize=(9, 6))
