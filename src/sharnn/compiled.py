@@ -1,0 +1,97 @@
+"""The compiled core: numba kernels, compiled once per CPU and cached (docs/compression.md,
+"The compiled core").
+
+numba compiles a Python function through LLVM for the CPU it runs on; no compiler is needed
+on a user's machine. A kernel's results are the same bits on every CPU when it keeps these
+rules, which :func:`kernel` enforces where it can and ``tests/test_compiled.py`` checks:
+
+- ``fastmath`` off (numba's default): no fused multiply-add, no reordered float sums;
+- ``parallel=True`` only where every output is computed by one thread in a fixed order
+  (no parallel float reduction): the test runs each parallel kernel on 1 and 2 threads
+  and compares the bits;
+- no libm transcendental (``math.exp``, ``log``, ``tanh``, ...): the system's libm differs
+  between machines; tables computed with :mod:`decimal` instead;
+- integers wherever they can be.
+
+Each kernel is compiled on first use for the signatures it declares, and cached on disk
+(numba's cache: beside the package, or in ``~/.cache`` when the package's folder is
+read-only; ``NUMBA_CACHE_DIR`` overrides). :func:`ensure_compiled` compiles or loads them
+all at once and says in one line on standard error when it compiles.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numba
+
+KERNELS: list = []  # every kernel, for ensure_compiled and the rules' test
+PARALLEL_KERNELS: list = []  # the kernels compiled with parallel=True
+
+_compiled = False
+
+
+def kernel(*signatures: str, parallel: bool = False) -> Callable:
+    """Decorate a function as a compiled kernel (``numba.njit``: ``cache=True``,
+    ``fastmath=False``, ``nogil=True``) with the numba ``signatures`` it is compiled for.
+
+    Raises:
+        ValueError: no signature (a kernel compiled lazily for whatever it is called with
+            would compile in the middle of coding, and escape :func:`ensure_compiled`).
+    """
+    if not signatures:
+        raise ValueError("a kernel declares the signatures it is compiled for")
+
+    def wrap(function: Callable):
+        dispatcher = numba.njit(cache=True, nogil=True, fastmath=False, parallel=parallel)(function)
+        dispatcher.declared_signatures = signatures
+        KERNELS.append(dispatcher)
+        if parallel:
+            PARALLEL_KERNELS.append(dispatcher)
+        return dispatcher
+
+    return wrap
+
+
+def ensure_compiled(say: Callable[[str], None] | None = None) -> float:
+    """Compile every registered kernel for its declared signatures, or load it from the
+    cache; once per process. On a cache miss (the first use on a machine, or a new
+    sharnn or numba), says so in one line through ``say`` (default: standard error).
+
+    Returns:
+        Seconds spent (0.0 when already done in this process).
+    """
+    global _compiled
+    if _compiled:
+        return 0.0
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    start, told = time.perf_counter(), False
+    for dispatcher in KERNELS:
+        misses = sum(dispatcher.stats.cache_misses.values())
+        for signature in dispatcher.declared_signatures:
+            dispatcher.compile(signature)
+        if not told and sum(dispatcher.stats.cache_misses.values()) > misses:
+            say(f"sharnn: compiling its kernels for this CPU, once (a few seconds; cached in {cache_folder(dispatcher)})")
+            told = True
+    _compiled = True
+    return time.perf_counter() - start
+
+
+def cache_folder(dispatcher) -> str:
+    """Where numba caches ``dispatcher``'s machine code."""
+    return str(dispatcher.stats.cache_path)
+
+
+@contextmanager
+def kernel_threads(count: int) -> Iterator[None]:
+    """Run the parallel kernels on ``min(count, numba's thread pool)`` threads; the previous
+    count is restored. The bits do not depend on it (the module's rules)."""
+    previous = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(count, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
