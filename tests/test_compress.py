@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+import sharnn.coding.arithmetic as arithmetic
 import sharnn.coding.codec as codec
 import sharnn.coding.container as container
 import sharnn.coding.environment as coding_environment
@@ -237,14 +238,14 @@ def test_mixing_learns_the_file_the_second_copy_costs_little(model):
 
 def test_a_probability_that_differs_on_the_decoder_is_a_crc_error_not_wrong_bytes(model, monkeypatch):
     blob = coded(TEXT, model, streams=2, precision="fp32")
-    probabilities = codec.probabilities
+    probabilities = arithmetic.probabilities
 
     def off_by_a_little(logits):
         probs = probabilities(logits)
         probs[:, 0] += 1e-3  # as another machine's rounding might, a little differently
         return probs
 
-    monkeypatch.setattr(codec, "probabilities", off_by_a_little)
+    monkeypatch.setattr(arithmetic, "probabilities", off_by_a_little)
     with pytest.raises(DataError, match="fail its CRC32 check"):
         decompress(blob, model)
 
@@ -832,14 +833,14 @@ def _as_if_coded_elsewhere(blob: bytes) -> tuple[bytes, str]:
 def _rounding_elsewhere(monkeypatch) -> None:
     """Make this machine's probabilities differ a little from the encoder's, as another
     kind of CPU's kernels do."""
-    probabilities = codec.probabilities
+    probabilities = arithmetic.probabilities
 
     def off_by_a_little(logits):
         probs = probabilities(logits)
         probs[:, 0] += 1e-3
         return probs
 
-    monkeypatch.setattr(codec, "probabilities", off_by_a_little)
+    monkeypatch.setattr(arithmetic, "probabilities", off_by_a_little)
 
 
 def _coder_gives_up(monkeypatch) -> None:

@@ -24,8 +24,8 @@ from torch import Tensor
 
 from .data.corpus import Corpus
 from .errors import ConfigError
+from .models.inference import inference_step
 from .models.sharnn import SHARNN
-from .models.step import Step
 from .runtime import autocast
 
 
@@ -126,7 +126,9 @@ def _read_prompts(
     for start in range(0, prompts.shape[0], window):
         logits, state = forward(prompts[start : start + window], state)
     if isinstance(model, SHARNN) and autocast_dtype in STEP_PRECISION:  # the inference step, from the prompt's state
-        step = Step(model, prompts.shape[1], prompts.shape[0] + max_new_tokens, STEP_PRECISION[autocast_dtype])
+        step = inference_step(
+            model, prompts.shape[1], prompts.shape[0] + max_new_tokens, STEP_PRECISION[autocast_dtype]
+        )
         step.load_state(state)
         return logits[-1], step
 
