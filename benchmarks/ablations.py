@@ -41,7 +41,7 @@ of a diverged run has ``diverged`` (the error line), its last logged step and no
 test BPC again on a CPU with the same thread count. Then a table per variant: mean test
 BPC with its 95% confidence interval over seeds (Student's t), the difference from the
 baseline with its 95% interval (Welch), parameters, steps and tokens/s; its Markdown
-(``--markdown``), the JSON (``--json``: the format of docs/ablations.json) and a figure
+(``--markdown``), the JSON (``--json``: the format of results/ablations.json) and a figure
 (``--plot``: validation BPC against training seconds, one line per variant, the mean over
 seeds with a min-max band). With ``--speeds FILE`` (each variant's training tokens/s,
 measured quiet in one run by ``benchmarks/variant_speeds.py``) the report also compares
@@ -51,8 +51,8 @@ takes the machine's day out of a wall-clock budget.
 
     python benchmarks/ablations.py                       # the whole grid, resumable
     python benchmarks/ablations.py --only single-head,no-attention --seeds 1
-    python benchmarks/ablations.py --report --markdown docs/ablations.md.table \\
-        --json docs/ablations.json --plot docs/ablations.png
+    python benchmarks/ablations.py --report --markdown table.md \\
+        --json results/ablations.json --plot results/ablations.png
     python benchmarks/variant_speeds.py --json speeds.json   # then:
     python benchmarks/ablations.py --report --speeds speeds.json
 
@@ -764,7 +764,7 @@ def results(
 
 
 def portable(results: dict) -> dict:
-    """``results`` as ``--json`` publishes them (docs/ablations.json): without the rows'
+    """``results`` as ``--json`` publishes them (results/ablations.json): without the rows'
     ``run_dir`` (this machine's folders) and with the grid's path inside the repository
     relative to it, so that the file reads the same wherever it is run."""
     grid = Path(results["grid"]).resolve()
@@ -962,7 +962,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default=None, help="comma list of the seeds to run or report [the grid's]")
     parser.add_argument("--seconds", type=float, default=None, help="training budget per run [the grid's]")
     parser.add_argument("--report", action="store_true", help="only report the finished runs")
-    parser.add_argument("--json", type=Path, default=None, help="write the results here (docs/ablations.json)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here (results/ablations.json)")
     parser.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
     parser.add_argument("--plot", type=Path, default=None, help="write the figure here (PNG)")
     parser.add_argument(
