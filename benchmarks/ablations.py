@@ -86,12 +86,13 @@ import torch
 import yaml
 from filelock import FileLock
 
-from common import environment, missing_extra, print_table, read_metrics
+from common import environment, missing_extra, print_table
 from sharnn.config import config_changes, load_config
 from sharnn.data.corpus import load_corpus
 from sharnn.errors import SharnnError
 from sharnn.files import Lock, LockError, Terminated, sigterm_raises, write_atomically
 from sharnn.models.build import parameter_count
+from sharnn.training.metrics import read_records
 from sharnn.training.run_folder import LOCK_FILE, read_summary
 
 try:
@@ -286,7 +287,7 @@ def train_tokens(config) -> int:
 def run_row(run: Run, run_dir: Path, threads: int) -> dict:
     """The row of a finished run (keys: module docstring), or of a diverged one: its
     ``diverged`` (the error line), ``steps`` (the last logged step), no scores."""
-    summary, metrics = read_summary(run_dir), read_metrics(run_dir)
+    summary, metrics = read_summary(run_dir), read_records(run_dir)
     valids = [r for r in metrics if r.get("split") == "valid" and "seconds" in r]
     row = {
         "variant": run.variant,
