@@ -10,6 +10,8 @@
   results/README.md; and every file in results/ is listed in results/README.md.
 - Its module lists (CONTRIBUTING.md's tree, each wing's ``__init__`` docstring) are the
   modules under src/sharnn/, read from the tree.
+- The README stays a front page: at most 250 lines, no test counts, and its test command
+  is the one CI runs (.ci/run).
 """
 
 from __future__ import annotations
@@ -196,3 +198,18 @@ def test_the_module_lists_are_the_tree():
         docstring = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text()))
         named = {f"{name}.py" for name in re.findall(r":mod:`\.(\w+)`", docstring)}
         assert named == truth[wing], f"src/sharnn/{wing}/__init__.py lists {sorted(named)}"
+
+
+# ----------------------------------------------------------------------------- the front page
+
+
+def test_the_readme_is_a_front_page():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    assert not re.search(r"\b\d[\d,]* tests\b", readme), "test counts belong in docs/measurements.md"
+    blocks = re.findall(r"^```bash\n(.*?)^```", readme, re.DOTALL | re.MULTILINE)
+    lines = [line for block in blocks for line in block.splitlines()]
+    installs = [line for line in lines if line.startswith("python3 -m pip install torch==")]
+    assert len(installs) == 2 and installs[0].endswith("&& sharnn train --preset tiny")
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert installs[1] in ci, "the README's test command is what CI runs"
