@@ -8,7 +8,7 @@ SHA-RNN runs the sampled tokens through the inference step
 bf16 under bf16 autocast (the fast path). A Transformer, or a model under fp16 autocast,
 runs them through its forward, which copies the whole memory at every token: on an H200
 the fast path generated 3.5 times slower than eager that way
-(docs/gpu-h200-2026-11-26/README.md).
+(benchmarks/records/gpu-h200-2026-11-26/README.md).
 """
 
 from __future__ import annotations

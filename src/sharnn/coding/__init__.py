@@ -7,5 +7,7 @@
 - :mod:`.container`: the ``.shz`` file: magic, versions, header, framing, validation;
 - :mod:`.environment`: what the probabilities depend on (device, torch, CPU features,
   threads) and the settings coding runs under, restored after it;
+- :mod:`.mixing`: the adaptive stage, the model's distribution mixed with context models
+  that learn the file as it is coded;
 - :mod:`.online`: online mode, a model that learns from the bytes already coded.
 """
