@@ -3,7 +3,6 @@
 - :mod:`.codec`: :func:`compress` and :func:`decompress`, and the range coder;
 - :mod:`.arithmetic`: how a file's probabilities are computed: its ``Arithmetic``, one
   ``Predictor`` per arithmetic, and the walk over positions both directions share;
-- :mod:`.mixing`: the adaptive stage, context models mixed with the model;
 - :mod:`.container`: the ``.shz`` file: magic, versions, header, framing, validation;
 - :mod:`.environment`: what the probabilities depend on (device, torch, CPU features,
   threads) and the settings coding runs under, restored after it;
