@@ -52,7 +52,7 @@ from ..models.build import model_sha256
 from ..models.sharnn import SHARNN
 from ..progress import ProgressDisplay
 from .arithmetic import PROGRESS_EVERY, START_BYTE, Arithmetic, device_of, walk
-from .container import CODING_PRECISIONS, FORMAT_VERSION, Header, pack, parse
+from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, pack, parse
 from .environment import (
     BF16_FEATURES,
     BF16_PRODUCTS,
@@ -270,7 +270,7 @@ def written_version(model: SHARNN) -> int:
 
 
 def decompress(
-    blob: bytes,
+    blob: bytes | Compressed,
     model: SHARNN | None = None,
     *,
     name: str = "input",
@@ -280,7 +280,7 @@ def decompress(
     """Invert :func:`compress`.
 
     Args:
-        blob: a compressed file's bytes.
+        blob: a compressed file's bytes, or the file :func:`~sharnn.coding.container.parse` read.
         model: the model it was compressed with (model mode), on the device it used; None
             for an online file, whose model is rebuilt from its header.
         name, progress: the file's name, for messages; shows the fraction decoded.
@@ -302,7 +302,7 @@ def decompress(
             :func:`cpu_features` (before anything is decoded); ``threads`` outside 1 to
             1024, or other than the file's for a file that is not portable.
     """
-    version, header, payload = parse(blob, name)
+    version, header, payload = blob if isinstance(blob, Compressed) else parse(blob, name)
     threads = decoding_threads(header, threads, name)
     if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
         return payload
