@@ -35,6 +35,8 @@ its bits exactly (``tests/test_mixing.py``): the same probabilities, counts and 
 from __future__ import annotations
 
 import decimal
+import math
+import mmap
 from functools import cache
 
 import numpy as np
@@ -114,7 +116,7 @@ def _total_logs() -> np.ndarray:
 # The kernels (sharnn.compiled's rules: integers, no libm, one thread). Shapes: M context
 # models, B streams, I = 1 + 2 M inputs, 256 bytes; a row index counts all models' rows.
 # Their arguments, in numba's notation (``::1``: a contiguous axis), grouped in tuples:
-_TABLES = "Tuple((uint16[:, ::1], uint64[::1]))"  # ContextTables' counts [rows, 256] and tags [rows]
+_TABLES = "Tuple((uint64[::1], int32[::1], uint16[:, ::1], int64[::1]))"  # ContextTables.arrays
 _PLACES = "Tuple((int64[:, ::1], uint64[:, ::1]))"  # a position's rows and tags [M, B]
 _STREAM = "Tuple((int64[::1], int64[:, ::1], int64[:, ::1], int64[::1]))"  # a stream's base, symbols, deltas, present
 _INPUTS = "Tuple((int64[:, ::1], int64[:, :, ::1], int64[:, :, ::1], int64[:, ::1]))"  # the same of every stream
@@ -155,25 +157,25 @@ def _count_inputs(tables, places, b, logs, inputs):
     ``base[2 + 2m]``; the ``present[m]`` bytes it has counted into ``symbols[m]``, their
     inputs minus the base into ``deltas[1 + 2m]`` and ``deltas[2 + 2m]``. A row another
     context holds reads as zeros. Returns how many byte contexts (not the word) have counts."""
-    (counts, table_tags), (rows, tags), (count_logs, total_logs, _) = tables, places, logs
+    (table_tags, slots, pool, _), (rows, tags), (count_logs, total_logs, _) = tables, places, logs
     base, symbols, deltas, present = inputs
     seen = 0
     for m in range(rows.shape[0]):
-        row, total, found = rows[m, b], 0, 0
-        if table_tags[row] == tags[m, b]:
-            total = np.int64(counts[row].sum())
-            quads = counts[row].view(np.uint64)  # four counts at once: most are 0
+        counts, total, found = pool[slots[rows[m, b]]], 0, 0  # slot 0, if never claimed: zeros
+        if table_tags[rows[m, b]] == tags[m, b]:
+            total = np.int64(counts.sum())
+            quads = counts.view(np.uint64)  # four counts at once: most are 0
             for quad in range(64):
                 if quads[quad] != 0:
                     for s in range(4 * quad, 4 * quad + 4):
-                        if counts[row, s] > 0:
+                        if counts[s] > 0:
                             symbols[m, found] = s
                             found += 1
         total_log, confidence = total_logs[total], min(total, CONFIDENT)
         unseen = count_logs[0] - total_log
         base[1 + 2 * m], base[2 + 2 * m] = unseen, unseen * confidence // CONFIDENT  # floors, as numpy's //
         for j in range(found):
-            x = count_logs[counts[row, symbols[m, j]]] - total_log
+            x = count_logs[counts[symbols[m, j]]] - total_log
             deltas[1 + 2 * m, j] = x - base[1 + 2 * m]
             deltas[2 + 2 * m, j] = x * confidence // CONFIDENT - base[2 + 2 * m]
         present[m] = found
@@ -259,7 +261,7 @@ def _count(tables, places, symbols):
     and tags ``[M, >= k]``, the first ``k`` columns): per model, the claims (against the
     tags before this position; the last one of a row wins), then per row counted, halving
     when its total plus its adds passes :data:`COUNT_LIMIT`, then the adds."""
-    (counts, table_tags), (rows, tags), k = tables, places, len(symbols)
+    (table_tags, slots, pool, used), (rows, tags), k = tables, places, len(symbols)
     claims = np.zeros(k, np.bool_)
     for m in range(rows.shape[0]):
         for b in range(k):
@@ -267,20 +269,24 @@ def _count(tables, places, symbols):
         for b in range(k):  # in order: the last claim of a row is the one that stays
             if claims[b]:
                 table_tags[rows[m, b]] = tags[m, b]
-                counts[rows[m, b]] = 0
+                if slots[rows[m, b]] == 0:  # the row's first claim: the next slot, zeros
+                    used[0] += 1
+                    slots[rows[m, b]] = used[0]
+                pool[slots[rows[m, b]]] = 0
         for b in range(k):
             row = rows[m, b]
             if table_tags[row] != tags[m, b]:
                 continue
+            counts = pool[slots[row]]
             first, adds = True, 0
             for other in range(k):
                 if rows[m, other] == row and table_tags[row] == tags[m, other]:
                     first = first and other >= b
                     adds += 1
-            if first and np.int64(counts[row].sum()) + adds > COUNT_LIMIT:
+            if first and np.int64(counts.sum()) + adds > COUNT_LIMIT:
                 for s in range(256):
-                    counts[row, s] = (counts[row, s] + 1) >> 1
-            counts[row, symbols[b]] += 1
+                    counts[s] = (counts[s] + 1) >> 1
+            counts[symbols[b]] += 1
 
 
 @kernel("void(uint64[:, ::1], uint64[::1], int64[::1])")
@@ -319,6 +325,19 @@ def _update(tables, places, history, word, model, inputs, mixers, coded):
     return True
 
 
+def _small_page_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """Zeros of ``shape`` in fresh private memory, which Linux maps a small page at a time
+    as it is first touched. (numpy asks Linux for huge pages for its large arrays,
+    ``madvise(MADV_HUGEPAGE)``; a first write into one may then stall while the kernel
+    compacts memory: measured, 50 to 180 ms per position for the first positions of a
+    file, as the tables are first written a row here, a row there.) Elsewhere, numpy's."""
+    if not hasattr(mmap, "MADV_NOHUGEPAGE"):
+        return np.zeros(shape, dtype=dtype)
+    memory = mmap.mmap(-1, math.prod(shape) * np.dtype(dtype).itemsize, flags=mmap.MAP_PRIVATE)
+    memory.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(memory, dtype=dtype).reshape(shape)
+
+
 class ContextTables:
     """The context models: per model ``2**TABLE_BITS`` rows of 256 counts (uint16), each row
     with the tag of the context it holds. A context's row is found by its 64-bit hash; a
@@ -328,11 +347,27 @@ class ContextTables:
     than its own is claimed (cleared, its tag set) by the last stream that names it so;
     a row whose total would pass :data:`COUNT_LIMIT` with this position's counts is halved
     (rounding up); then each stream whose context holds its row counts its byte there.
+
+    The counts of the rows lie in a pool in the order the rows are first claimed (each
+    row's place: :attr:`slots`), so that the memory a file touches grows with the rows
+    it claims, 8 to a page of 4 KiB, not with their spread over the tables.
     """
 
     def __init__(self, models: int):
-        self.counts = np.zeros((models * 2**TABLE_BITS, 256), dtype=np.uint16)  # model m's rows from m * 2**16
-        self.tags = np.zeros(models * 2**TABLE_BITS, dtype=np.uint64)
+        rows = models * 2**TABLE_BITS  # model m's rows from m * 2**16
+        self.tags = _small_page_zeros((rows,), np.uint64)  # the context each row holds (0: none yet)
+        self.slots = _small_page_zeros((rows,), np.int32)  # where its counts lie in the pool (0: never claimed)
+        self.pool = _small_page_zeros((rows + 1, 256), np.uint16)  # a row of zeros, then the rows' counts
+        self.used = np.zeros(1, dtype=np.int64)  # the pool's rows in use after the first
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(tags, slots, pool, used)``, as the kernels take them."""
+        return self.tags, self.slots, self.pool, self.used
+
+    def row_counts(self, rows: np.ndarray) -> np.ndarray:
+        """The counts ``[..., 256]`` (uint16) in ``rows [...]``, whatever context holds each."""
+        return self.pool[self.slots[rows]]
 
     @staticmethod
     def place(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -346,7 +381,7 @@ class ContextTables:
     def read(self, rows: np.ndarray, tags: np.ndarray) -> np.ndarray:
         """The counts ``[M, B, 256]`` (int64) of the contexts at ``rows`` with ``tags``
         ``[M, B]``; zeros where another context holds the row."""
-        counts = self.counts[rows].astype(np.int64)
+        counts = self.row_counts(rows).astype(np.int64)
         counts[self.tags[rows] != tags] = 0
         return counts
 
@@ -365,7 +400,7 @@ class ContextTables:
             raise ValueError(f"rows outside 0 .. {len(self.tags) - 1}")
         if symbols.size and (symbols.min() < 0 or symbols.max() > 255):
             raise ValueError("symbols outside 0 .. 255")
-        _count((self.counts, self.tags), (rows, tags), symbols)
+        _count(self.arrays, (rows, tags), symbols)
 
 
 class AdaptiveMixer:
@@ -420,8 +455,7 @@ class AdaptiveMixer:
         _hash_contexts(self.history, self.word, self._hashes)
         _place(self._hashes, self._places)
         probs = np.empty((self.streams, 256), dtype=np.float64)
-        tables = (self.tables.counts, self.tables.tags)
-        _mix(tables, self._places, self.history, self._model, self._inputs, self._mixers, self._logs, probs)
+        _mix(self.tables.arrays, self._places, self.history, self._model, self._inputs, self._mixers, self._logs, probs)
         self._mixed = True
         return probs
 
@@ -435,7 +469,7 @@ class AdaptiveMixer:
         coded = np.ascontiguousarray(coded, dtype=np.int64)  # [k]: the last position codes the k longest streams only
         if not self._mixed:
             raise RuntimeError("update() needs a mix() of the position first")
-        tables, places, state = (self.tables.counts, self.tables.tags), self._places, (self.history, self.word)
+        tables, places, state = self.tables.arrays, self._places, (self.history, self.word)
         learnt = coded.ndim == 1 and _update(tables, places, *state, self._model, self._inputs, self._mixers, coded)
         if not learnt:
             raise ValueError(f"coded must be [k <= {self.streams}] bytes, not {coded!r}")
