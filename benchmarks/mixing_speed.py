@@ -101,7 +101,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", nargs="+", type=int, default=[1, 2, 8, 32])
     parser.add_argument("--positions", type=int, default=300)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/mixing_speed.json]")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -121,7 +121,8 @@ def main():
             ("kernels_again_us_per_stream", "kernels again / stream", ".2f"),
         ],
     )
-    result = {"environment": environment(torch.device("cpu")), "repeats": args.repeats, "rows": rows}
+    versions = {"numpy": np.__version__, "numba": numba.__version__}
+    result = {"environment": environment(torch.device("cpu")) | versions, "repeats": args.repeats, "rows": rows}
     write_json(result, "mixing_speed.json", args.json)
 
 
