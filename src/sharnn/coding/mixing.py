@@ -27,7 +27,7 @@ file share the counts and the weights; all streams are predicted from the state 
 position, then all update it (:meth:`ContextTables.add` says how when they meet in a row).
 
 The work of a position runs in numba kernels (:mod:`sharnn.compiled`): :func:`_mix` and
-:func:`_update`, a few microseconds per stream, on numpy arrays that hold the state. Their
+:func:`_update`, about 10 µs per stream, on numpy arrays that hold the state. Their
 specification is the numpy code they replaced, kept in ``tests/spec_mixing.py``; they give
 its bits exactly (``tests/test_mixing.py``): the same probabilities, counts and weights.
 """
