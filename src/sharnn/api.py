@@ -36,19 +36,12 @@ from .errors import CheckpointError, ConfigError
 from .evaluation import evaluate
 from .files import output_destination, read_input, write_output
 from .generation import filter_logits, generate as sample
-from .models.build import LanguageModel, build_model, model_sha256
+from .loading import is_pretrained, load_model, load_shipped, read_config, read_tokenizer, resolve
+from .models.build import LanguageModel, meta_model
 from .models.shipped import DEFAULT_MODEL, shipped_folder, shipped_names
 from .progress import ProgressDisplay
 from .results import Coding, Evaluation, Generation, Loaded
 from .runtime import Runtime, resolve_device
-from .training.checkpoint import (
-    is_pretrained,
-    load_model,
-    read_config,
-    read_info,
-    read_tokenizer,
-    resolve,
-)
 
 
 def load(path: str | Path | None = None, device: str | torch.device = "cpu") -> Loaded:
@@ -247,12 +240,12 @@ def analyze_tokenization(
     """
     from .analysis import analyze, kind
 
-    path = Path(path)
-    model, config, tokenizer = load(path)
+    source, path = path, Path(path)  # source as given: ./NAME is a folder, NAME a shipped model
+    model, config, tokenizer = load(source)
     if config is None:
         raise CheckpointError(f"{path} records no training data (no train_config.yaml): nothing to analyze")
     analysis = kind(tokenizer)  # refuses a tokenizer with no analysis
-    if out is None and resolve(path) == path.resolve():  # not a run folder: keep the checkpoint as it is
+    if out is None and resolve(source) == path.resolve():  # not a run folder: keep the checkpoint as it is
         raise ConfigError(f"{path} is not a run folder: give --out DIR (the default, RUN/analysis, is in a run)")
     folder = Path(out) if out is not None else path / "analysis"
     check_destination(folder, split, analysis)
@@ -272,7 +265,7 @@ def analyze_tokenization(
             runtime.autocast_dtype,
             progress=progress,
         )
-    report.update(checkpoint=str(resolve(path)), data=config.data, split=split)
+    report.update(checkpoint=str(resolve(source)), data=config.data, split=split)
     return report, folder
 
 
@@ -409,7 +402,7 @@ def decompress_file(
             predictor = (
                 load_model(model, device=device)[0]
                 if model is not None
-                else _shipped_with(header.model_sha256, str(source), device)
+                else load_shipped(header.model_sha256, str(source), device)
             )
         started = time.perf_counter()
         with ProgressDisplay("decompress", enabled=not quiet) as progress:
@@ -417,18 +410,6 @@ def decompress_file(
         write_output(dest, data)
         seconds = time.perf_counter() - started
     return Coding(len(blob), len(data), seconds, header, compressed=False)
-
-
-def _shipped_with(fingerprint: str, name: str, device: torch.device) -> LanguageModel:
-    """The shipped model whose :func:`~sharnn.models.build.model_sha256` is ``fingerprint``,
-    loaded on ``device``. Raises :class:`CheckpointError` (the file ``name`` needs
-    ``--model``) when none is."""
-    for shipped in shipped_names():
-        if model_sha256(candidate := load_model(shipped, device=device)[0]) == fingerprint:
-            return candidate
-    raise CheckpointError(
-        f"{name} was compressed with a model that is not shipped (sha256 {fingerprint[:16]}...): give it with --model"
-    )
 
 
 def train_run(
@@ -530,9 +511,7 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
         return f"presets: {', '.join(preset_names())}\nshipped models: {', '.join(shipped) or 'none'}"
     check_path("target", target)
     check_overrides(overrides)
-    path, scores = Path(target), None
-    if not path.exists() and str(target) in shipped_names():
-        path = shipped_folder(str(target))
+    path, scores = shipped_folder(str(target)) or Path(target), None  # a shipped name: the package's, as resolve()
     if overrides and path.is_dir():
         raise ConfigError(f"{target} is a folder: key=value settings go with a preset or a config file")
     if is_pretrained(path):
@@ -542,7 +521,7 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
         text, model_config = to_yaml(config), config.model
         if path.is_dir():
             scores = _checkpoint_scores(path)
-    model = _meta_model(model_config)
+    model = meta_model(model_config)
     lines = [text.rstrip(), ""]
     lines += [f"  {part:<24} {count:>14,}" for part, count in model.parameter_counts().items() if count]
     total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)
@@ -552,30 +531,15 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
     return "\n".join(lines + [scores] * bool(scores))
 
 
-def _meta_model(config) -> LanguageModel:
-    """The model ``config`` describes, on the meta device (nothing allocated), to count its
-    parameters. Raises :class:`ConfigError`: a weight too large for torch to size (its
-    bytes past 2^63), which the meta device reports as an overflow."""
-    try:
-        with torch.device("meta"):
-            return build_model(config)
-    except RuntimeError as e:
-        if "overflow" not in str(e):
-            raise
-        sizes = ", ".join(
-            f"model.{name}={shown(getattr(config, name))}" for name in ("vocab_size", "d_model", "boom_dim")
-        )
-        raise ConfigError(f"a model of {sizes} is too large: one of its weights would pass 2^63 bytes") from None
-
-
 def _checkpoint_scores(path: Path) -> str:
     """``checkpoint FOLDER: step N, epoch E, valid X BPC, test Y BPC`` for the checkpoint
     at ``path`` (a run's best): what its run recorded in it, and the test BPC from the
     run's summary.json when it is the checkpoint that was tested."""
+    from .training.checkpoint import read_info
     from .training.run_folder import read_summary
 
     try:
-        folder = resolve(path)
+        folder = resolve(path.absolute())  # the folder given, never a shipped model of its name
     except CheckpointError:
         return "no checkpoint yet"
     record = read_info(folder)
