@@ -34,6 +34,7 @@ import sharnn.loading as loading
 import sharnn.models.shipped as shipped_module
 import sharnn.runtime as runtime
 from helpers import SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run, single_thread, write_small_corpus
+from sharnn.coding import codec
 from sharnn.coding.container import read_header
 from sharnn.coding.environment import cpu_features
 from sharnn.errors import CheckpointError
@@ -326,6 +327,34 @@ def test_weights_that_are_not_finite_are_refused_in_one_line(exported, tmp_path,
         args = ["compress", text, tmp_path / "out.shz", "--model", broken, "--precision", command, "--quiet"]
     assert_user_error(cli(*args), "the weight blocks.0.attention.head.query.weight holds NaN or infinite values")
     assert not (tmp_path / "out.shz").exists()
+
+
+@pytest.mark.parametrize("precision", ["fp32", BF16])
+def test_weights_too_large_for_float_arithmetic_are_one_line(exported, tmp_path, text, precision):
+    huge = _variant(exported, tmp_path / "huge", _set_query(1e30))
+    line = assert_user_error(
+        cli("compress", text, tmp_path / "out.shz", "--model", huge, "--precision", precision, "--quiet"),
+        "the model's predictions are not numbers (NaN or infinity)",
+    )
+    assert "nothing was written" in line and not (tmp_path / "out.shz").exists()
+    assert_user_error(cli("generate", huge, "--max-bytes", "8"), "the model's predictions are not numbers")
+
+
+def test_the_integer_step_codes_with_weights_too_large_for_floats(exported, tmp_path, text):
+    """The right result: the integer step scales every row of weights, so 1e30 codes."""
+    huge = _variant(exported, tmp_path / "huge", _set_query(1e30))
+    with single_thread():
+        assert_ok(cli("compress", text, tmp_path / "out.shz", "--model", huge, "--quiet"))
+        assert_ok(cli("decompress", tmp_path / "out.shz", tmp_path / "back.txt", "--model", huge, "--quiet"))
+    assert (tmp_path / "back.txt").read_bytes() == TEXT
+
+
+def test_the_codec_refuses_a_model_built_in_python_with_nan_weights(exported):
+    model = loading.load_model(exported)[0]
+    with torch.no_grad():
+        model.blocks[0].attention.head.query.weight[0, 0] = float("nan")
+    with pytest.raises(CheckpointError, match=r"the model: the weight blocks\.0\.attention\.head\.query\.weight"):
+        codec.compress(TEXT, model)
 
 
 # ----------------------------------------------------------------------------- an unreadable shipped folder

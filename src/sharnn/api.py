@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from .analysis_report import check_destination
-from .arguments import check_count, check_number, check_overrides, check_path, check_runtime
+from .arguments import check_count, check_flags, check_number, check_overrides, check_path, check_runtime
 from .coding.codec import coding_device, compress as encode, decoding_threads, decompress as decode
 from .coding.container import MAX_FILE_BYTES, MAX_LENGTH, read_header
 from .coding.online import online_config, online_model
@@ -35,7 +35,7 @@ from .data.tokenizer import Tokenizer, check_corpus_tokenizer
 from .errors import CheckpointError, ConfigError
 from .evaluation import evaluate
 from .files import output_destination, read_input, write_output
-from .generation import filter_logits, generate as sample
+from .generation import filter_logits, generate as sample, prompt_bytes
 from .loading import is_pretrained, load_model, load_shipped, read_config, read_tokenizer, resolve
 from .models.build import LanguageModel, meta_model
 from .models.shipped import DEFAULT_MODEL, shipped_folder, shipped_names
@@ -175,7 +175,7 @@ def generate_text(
     filter_logits(torch.zeros(2), temperature, top_k, top_p)  # refuses bad settings with one line
     if prompt_file is not None:
         prompt = bytes(read_bytes(prompt_file))
-    prompt = (prompt.encode("utf-8") if isinstance(prompt, str) else prompt) or b"\n"  # empty: after a newline
+    prompt = prompt_bytes(prompt) or b"\n"  # empty: after a newline
     model, config, tokenizer = load(path)
     prompts = tokenizer.encode(prompt)
     if not len(prompts):  # whitespace alone is no word: start after a line, as an empty prompt does
@@ -327,16 +327,15 @@ def compress_file(
     grid of it in memory), or is refused by its size, or without an end once that much is read.
 
     Raises:
-        ConfigError: both ``model`` and ``online``; ``settings`` without ``online``; a
-            precision :func:`sharnn.coding.codec.compress` refuses; a ``dest``
-            :func:`sharnn.files.output_destination` refuses (standard output closed, the
-            input, a file without ``force``, a folder, a device or FIFO).
+        ConfigError: arguments of the wrong type; both ``model`` and ``online``; ``settings``
+            without ``online``; streams, threads or a precision :func:`sharnn.coding.codec.compress`
+            refuses; a ``dest`` :func:`sharnn.files.output_destination` refuses (standard
+            output closed, the input, a file without ``force``, a folder, a device or FIFO).
         DataError: an unreadable or too large ``source``; standard input closed. CheckpointError: as :func:`load`.
     """
-    if online and model is not None:
-        raise ConfigError("give --model or --online, not both")
-    if settings and not online:
-        raise ConfigError(f"key=value settings ({settings[0]}) are for --online only")
+    _check_coding(
+        source, dest, model, streams, threads, False, settings, online=online, force=force, quiet=quiet, adapt=adapt
+    )
     with output_destination(source, dest, force, ConfigError):
         data = read_input(source, MAX_LENGTH, "the most sharnn compresses")
         predictor, config = _predictor(model, online, settings, device)
@@ -361,6 +360,23 @@ def _predictor(
     return load_model(DEFAULT_MODEL if model is None else model, device=target)[0], None
 
 
+def _check_coding(source, dest, model, streams, threads, decoding: bool, settings=(), **flags) -> None:
+    """The types of :func:`compress_file`'s and :func:`decompress_file`'s arguments (the
+    upper bounds of ``streams`` and ``threads`` are the codec's, with their reasons), and
+    the combinations ``compress`` refuses. Raises :class:`ConfigError`."""
+    for name, value in (("source", source), ("dest", dest)):
+        check_path(name, value)
+    check_path("model", model, optional=True)
+    check_count("streams", streams, 1, optional=True)
+    check_count("threads", threads, 1, optional=decoding)
+    check_overrides(settings)
+    check_flags(("adapt",), **flags)
+    if flags.get("online") and model is not None:
+        raise ConfigError("give --model or --online, not both")
+    if settings and not flags.get("online"):
+        raise ConfigError(f"key=value settings ({settings[0]}) are for --online only")
+
+
 def decompress_file(
     source: str | Path,
     dest: str | Path,
@@ -378,7 +394,8 @@ def decompress_file(
         model: the run, checkpoint or shipped model ``source`` was compressed with (None:
             the shipped model whose fingerprint the file records; an online or stored file
             needs none).
-        threads: torch's thread count (None: the file's; another only for a portable file).
+        threads: torch's thread count (None: the file's, for a portable file at most this
+            machine's CPUs; another only for a portable file).
         force, quiet: as :func:`compress_file`.
 
     Raises:
@@ -387,11 +404,12 @@ def decompress_file(
             :func:`compress_file` for ``source``.
         CheckpointError: a model-mode file given another model, or none where no shipped
             model is the one it records.
-        ConfigError: as :func:`compress_file` for ``dest``; an online file given a model; a
-            file coded on CUDA, on a machine without it; a bf16 file coded on a CPU of
-            other features (before the model is loaded); ``threads`` refused by
-            :func:`sharnn.coding.codec.decoding_threads`.
+        ConfigError: as :func:`compress_file` for ``dest`` and the arguments' types; an
+            online file given a model; a file coded on CUDA, on a machine without it; a
+            bf16 file coded on a CPU of other features (before the model is loaded);
+            ``threads`` refused by :func:`sharnn.coding.codec.decoding_threads`.
     """
+    _check_coding(source, dest, model, None, threads, True, force=force, quiet=quiet)
     with output_destination(source, dest, force, ConfigError):
         blob = read_input(source, MAX_FILE_BYTES, "the most sharnn decompresses")
         header, _ = read_header(blob, str(source))
