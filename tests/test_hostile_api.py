@@ -284,7 +284,7 @@ def test_eval_of_a_gz_within_the_limit_scores_it(run_dir, tmp_path, monkeypatch)
 # ----------------------------------------------------------------------------- train too large
 
 
-def test_train_of_a_model_too_large_for_memory_is_refused_before_the_run_folder(tmp_path):
+def test_train_of_a_model_too_large_for_memory_is_refused_leaving_no_run_folder(tmp_path):
     data = write_small_corpus(tmp_path / "small.txt", 20_000)
     line = assert_user_error(
         cli("train", "--preset", "tiny", "--out", tmp_path / "run", "model.d_model=50000", "model.boom_dim=50000",

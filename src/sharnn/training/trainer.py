@@ -25,7 +25,7 @@ from ..errors import TrainingDiverged
 from ..evaluation import EvalResult, EvaluationStopped, evaluate
 from ..generation import print_sample
 from ..progress import ProgressDisplay
-from ..runtime import TRAINING_BYTES_PER_PARAMETER, Runtime, check_model_memory, resolve_device
+from ..runtime import Runtime, resolve_device
 from . import checkpoint, recipe, run_start
 from .distributed import Distributed
 from .metrics import TrainLog, describe_score, scores, where
@@ -73,8 +73,8 @@ def train(
             ``run_dir/.lock`` for the run's life, from before anything of the run is
             read; the kernel drops it when the process ends, ``kill -9`` too).
         ConfigError: a change of a setting a resume cannot change; an unusable device or
-            precision; a model whose weights, gradients and moments pass this process's memory;
-            a ``valid_max_bytes`` or ``test_max_bytes`` prefix too short.
+            precision; a model whose weights, gradients and moments pass this process's memory
+            (refused before it is built); a ``valid_max_bytes`` or ``test_max_bytes`` prefix too short.
         Interrupted: Ctrl-C, SIGTERM or ``should_stop`` stopped the run (after saving
             ``latest``).
         DataError: the corpus is missing or smaller than one window, or its tokenizer is
@@ -88,7 +88,6 @@ def train(
     distributed = Distributed.from_environment(device.type)
     for name in ("train_streams", "valid_streams", "test_streams"):
         distributed.block(getattr(config, name), name)  # refuses streams the processes cannot share
-    check_model_memory(config.model, TRAINING_BYTES_PER_PARAMETER, "training")  # before the run folder
     with RunFolder(run_dir, distributed) as run:
         trainer = Trainer(config, run, device, resume=resume, quiet=quiet)
         if trainer.summary is not None:  # resumed a run that had already finished
