@@ -20,7 +20,7 @@ FLOORS = [
     {"models", "data"},  # the model library and the data streams: independent of each other
     {"config"},  # TrainConfig holds a SHARNNConfig
     {"runtime"},
-    {"evaluation", "generation"},
+    {"evaluation", "generation", "loading"},  # loading: every command's model, with none of training
     {"training"},
     {"coding"},  # online mode trains with the training recipe
     {"analysis", "export"},

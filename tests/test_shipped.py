@@ -127,10 +127,11 @@ def test_a_file_of_a_model_not_shipped_needs_it_named(shipped, run_dir, tmp_path
     assert (tmp_path / "back.txt").read_bytes() == source.read_bytes()
 
 
-def test_a_path_that_exists_wins_over_a_shipped_name(shipped, run_dir, tmp_path, monkeypatch):
+def test_a_shipped_name_is_the_package_s_and_a_path_the_working_folder_s(shipped, run_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / DEFAULT_MODEL).mkdir()  # a user's own (empty) folder of that name
-    assert_user_error(cli("generate", DEFAULT_MODEL, "--max-bytes", "4"), f"no checkpoint at {DEFAULT_MODEL}")
+    assert_ok(cli("generate", DEFAULT_MODEL, "--max-bytes", "4"))  # the shipped one
+    assert_user_error(cli("generate", f"./{DEFAULT_MODEL}", "--max-bytes", "4"), f"no checkpoint at ./{DEFAULT_MODEL}")
 
 
 def test_with_nothing_shipped_the_default_is_refused_in_one_line(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from .analysis_report import check_destination
-from .arguments import check_count, check_number, check_overrides, check_path, check_runtime
+from .arguments import check_count, check_flags, check_number, check_overrides, check_path, check_runtime
 from .coding.codec import coding_device, compress as encode, decoding_threads, decompress as decode
 from .coding.container import MAX_FILE_BYTES, MAX_LENGTH, read_header
 from .coding.online import online_config, online_model
@@ -35,20 +35,13 @@ from .data.tokenizer import Tokenizer, check_corpus_tokenizer
 from .errors import CheckpointError, ConfigError
 from .evaluation import evaluate
 from .files import output_destination, read_input, write_output
-from .generation import filter_logits, generate as sample
-from .models.build import LanguageModel, build_model, model_sha256
+from .generation import filter_logits, generate as sample, prompt_bytes
+from .loading import is_pretrained, load_model, load_shipped, read_config, read_tokenizer, resolve
+from .models.build import LanguageModel, meta_model
 from .models.shipped import DEFAULT_MODEL, shipped_folder, shipped_names
 from .progress import ProgressDisplay
 from .results import Coding, Evaluation, Generation, Loaded
 from .runtime import Runtime, resolve_device
-from .training.checkpoint import (
-    is_pretrained,
-    load_model,
-    read_config,
-    read_info,
-    read_tokenizer,
-    resolve,
-)
 
 
 def load(path: str | Path | None = None, device: str | torch.device = "cpu") -> Loaded:
@@ -182,7 +175,7 @@ def generate_text(
     filter_logits(torch.zeros(2), temperature, top_k, top_p)  # refuses bad settings with one line
     if prompt_file is not None:
         prompt = bytes(read_bytes(prompt_file))
-    prompt = (prompt.encode("utf-8") if isinstance(prompt, str) else prompt) or b"\n"  # empty: after a newline
+    prompt = prompt_bytes(prompt) or b"\n"  # empty: after a newline
     model, config, tokenizer = load(path)
     prompts = tokenizer.encode(prompt)
     if not len(prompts):  # whitespace alone is no word: start after a line, as an empty prompt does
@@ -247,12 +240,12 @@ def analyze_tokenization(
     """
     from .analysis import analyze, kind
 
-    path = Path(path)
-    model, config, tokenizer = load(path)
+    source, path = path, Path(path)  # source as given: ./NAME is a folder, NAME a shipped model
+    model, config, tokenizer = load(source)
     if config is None:
         raise CheckpointError(f"{path} records no training data (no train_config.yaml): nothing to analyze")
     analysis = kind(tokenizer)  # refuses a tokenizer with no analysis
-    if out is None and resolve(path) == path.resolve():  # not a run folder: keep the checkpoint as it is
+    if out is None and resolve(source) == path.resolve():  # not a run folder: keep the checkpoint as it is
         raise ConfigError(f"{path} is not a run folder: give --out DIR (the default, RUN/analysis, is in a run)")
     folder = Path(out) if out is not None else path / "analysis"
     check_destination(folder, split, analysis)
@@ -272,7 +265,7 @@ def analyze_tokenization(
             runtime.autocast_dtype,
             progress=progress,
         )
-    report.update(checkpoint=str(resolve(path)), data=config.data, split=split)
+    report.update(checkpoint=str(resolve(source)), data=config.data, split=split)
     return report, folder
 
 
@@ -334,16 +327,15 @@ def compress_file(
     grid of it in memory), or is refused by its size, or without an end once that much is read.
 
     Raises:
-        ConfigError: both ``model`` and ``online``; ``settings`` without ``online``; a
-            precision :func:`sharnn.coding.codec.compress` refuses; a ``dest``
-            :func:`sharnn.files.output_destination` refuses (standard output closed, the
-            input, a file without ``force``, a folder, a device or FIFO).
+        ConfigError: arguments of the wrong type; both ``model`` and ``online``; ``settings``
+            without ``online``; streams, threads or a precision :func:`sharnn.coding.codec.compress`
+            refuses; a ``dest`` :func:`sharnn.files.output_destination` refuses (standard
+            output closed, the input, a file without ``force``, a folder, a device or FIFO).
         DataError: an unreadable or too large ``source``; standard input closed. CheckpointError: as :func:`load`.
     """
-    if online and model is not None:
-        raise ConfigError("give --model or --online, not both")
-    if settings and not online:
-        raise ConfigError(f"key=value settings ({settings[0]}) are for --online only")
+    _check_coding(
+        source, dest, model, streams, threads, False, settings, online=online, force=force, quiet=quiet, adapt=adapt
+    )
     with output_destination(source, dest, force, ConfigError):
         data = read_input(source, MAX_LENGTH, "the most sharnn compresses")
         predictor, config = _predictor(model, online, settings, device)
@@ -368,6 +360,23 @@ def _predictor(
     return load_model(DEFAULT_MODEL if model is None else model, device=target)[0], None
 
 
+def _check_coding(source, dest, model, streams, threads, decoding: bool, settings=(), **flags) -> None:
+    """The types of :func:`compress_file`'s and :func:`decompress_file`'s arguments (the
+    upper bounds of ``streams`` and ``threads`` are the codec's, with their reasons), and
+    the combinations ``compress`` refuses. Raises :class:`ConfigError`."""
+    for name, value in (("source", source), ("dest", dest)):
+        check_path(name, value)
+    check_path("model", model, optional=True)
+    check_count("streams", streams, 1, optional=True)
+    check_count("threads", threads, 1, optional=decoding)
+    check_overrides(settings)
+    check_flags(("adapt",), **flags)
+    if flags.get("online") and model is not None:
+        raise ConfigError("give --model or --online, not both")
+    if settings and not flags.get("online"):
+        raise ConfigError(f"key=value settings ({settings[0]}) are for --online only")
+
+
 def decompress_file(
     source: str | Path,
     dest: str | Path,
@@ -385,7 +394,8 @@ def decompress_file(
         model: the run, checkpoint or shipped model ``source`` was compressed with (None:
             the shipped model whose fingerprint the file records; an online or stored file
             needs none).
-        threads: torch's thread count (None: the file's; another only for a portable file).
+        threads: torch's thread count (None: the file's, for a portable file at most this
+            machine's CPUs; another only for a portable file).
         force, quiet: as :func:`compress_file`.
 
     Raises:
@@ -394,11 +404,12 @@ def decompress_file(
             :func:`compress_file` for ``source``.
         CheckpointError: a model-mode file given another model, or none where no shipped
             model is the one it records.
-        ConfigError: as :func:`compress_file` for ``dest``; an online file given a model; a
-            file coded on CUDA, on a machine without it; a bf16 file coded on a CPU of
-            other features (before the model is loaded); ``threads`` refused by
-            :func:`sharnn.coding.codec.decoding_threads`.
+        ConfigError: as :func:`compress_file` for ``dest`` and the arguments' types; an
+            online file given a model; a file coded on CUDA, on a machine without it; a
+            bf16 file coded on a CPU of other features (before the model is loaded);
+            ``threads`` refused by :func:`sharnn.coding.codec.decoding_threads`.
     """
+    _check_coding(source, dest, model, None, threads, True, force=force, quiet=quiet)
     with output_destination(source, dest, force, ConfigError):
         blob = read_input(source, MAX_FILE_BYTES, "the most sharnn decompresses")
         header, _ = read_header(blob, str(source))
@@ -409,7 +420,7 @@ def decompress_file(
             predictor = (
                 load_model(model, device=device)[0]
                 if model is not None
-                else _shipped_with(header.model_sha256, str(source), device)
+                else load_shipped(header.model_sha256, str(source), device)
             )
         started = time.perf_counter()
         with ProgressDisplay("decompress", enabled=not quiet) as progress:
@@ -417,18 +428,6 @@ def decompress_file(
         write_output(dest, data)
         seconds = time.perf_counter() - started
     return Coding(len(blob), len(data), seconds, header, compressed=False)
-
-
-def _shipped_with(fingerprint: str, name: str, device: torch.device) -> LanguageModel:
-    """The shipped model whose :func:`~sharnn.models.build.model_sha256` is ``fingerprint``,
-    loaded on ``device``. Raises :class:`CheckpointError` (the file ``name`` needs
-    ``--model``) when none is."""
-    for shipped in shipped_names():
-        if model_sha256(candidate := load_model(shipped, device=device)[0]) == fingerprint:
-            return candidate
-    raise CheckpointError(
-        f"{name} was compressed with a model that is not shipped (sha256 {fingerprint[:16]}...): give it with --model"
-    )
 
 
 def train_run(
@@ -530,9 +529,7 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
         return f"presets: {', '.join(preset_names())}\nshipped models: {', '.join(shipped) or 'none'}"
     check_path("target", target)
     check_overrides(overrides)
-    path, scores = Path(target), None
-    if not path.exists() and str(target) in shipped_names():
-        path = shipped_folder(str(target))
+    path, scores = shipped_folder(str(target)) or Path(target), None  # a shipped name: the package's, as resolve()
     if overrides and path.is_dir():
         raise ConfigError(f"{target} is a folder: key=value settings go with a preset or a config file")
     if is_pretrained(path):
@@ -542,7 +539,7 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
         text, model_config = to_yaml(config), config.model
         if path.is_dir():
             scores = _checkpoint_scores(path)
-    model = _meta_model(model_config)
+    model = meta_model(model_config)
     lines = [text.rstrip(), ""]
     lines += [f"  {part:<24} {count:>14,}" for part, count in model.parameter_counts().items() if count]
     total, collapsed = model.num_parameters(), model.num_parameters(collapsed=True)
@@ -552,30 +549,15 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
     return "\n".join(lines + [scores] * bool(scores))
 
 
-def _meta_model(config) -> LanguageModel:
-    """The model ``config`` describes, on the meta device (nothing allocated), to count its
-    parameters. Raises :class:`ConfigError`: a weight too large for torch to size (its
-    bytes past 2^63), which the meta device reports as an overflow."""
-    try:
-        with torch.device("meta"):
-            return build_model(config)
-    except RuntimeError as e:
-        if "overflow" not in str(e):
-            raise
-        sizes = ", ".join(
-            f"model.{name}={shown(getattr(config, name))}" for name in ("vocab_size", "d_model", "boom_dim")
-        )
-        raise ConfigError(f"a model of {sizes} is too large: one of its weights would pass 2^63 bytes") from None
-
-
 def _checkpoint_scores(path: Path) -> str:
     """``checkpoint FOLDER: step N, epoch E, valid X BPC, test Y BPC`` for the checkpoint
     at ``path`` (a run's best): what its run recorded in it, and the test BPC from the
     run's summary.json when it is the checkpoint that was tested."""
+    from .training.checkpoint import read_info
     from .training.run_folder import read_summary
 
     try:
-        folder = resolve(path)
+        folder = resolve(path.absolute())  # the folder given, never a shipped model of its name
     except CheckpointError:
         return "no checkpoint yet"
     record = read_info(folder)

@@ -39,6 +39,16 @@ def check_number(name: str, value) -> None:
         raise ConfigError(f"{name} must be a number, got {shown(value)}")
 
 
+def check_flags(optional: tuple[str, ...] = (), **flags) -> None:
+    """Refuse each keyword argument unless it is a bool (``True`` or ``False``: not ``'no'``,
+    not ``0``, which a plain ``if`` would take as a choice), or None when its name is in
+    ``optional``. Raises :class:`ConfigError` naming the first one refused."""
+    for name, value in flags.items():
+        if not isinstance(value, bool) and not (value is None and name in optional):
+            expected = "True, False or None" if name in optional else "True or False"
+            raise ConfigError(f"{name} must be {expected}, got {shown(value)}")
+
+
 def check_path(name: str, value, *, optional: bool = False) -> None:
     """Refuse the argument ``name`` unless it is a path (``str`` or ``os.PathLike``), or
     None when ``optional``. Raises :class:`ConfigError` naming the argument."""

@@ -123,7 +123,7 @@ def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer
 @click.option(
     "--init-from",
     default=None,
-    type=click.Path(path_type=Path),
+    type=console.model_path,
     help="Start from the weights of this run (its best checkpoint) or checkpoint: the model is its, the "
     "data and recipe come from the preset or config; a new optimizer and schedule.",
 )
@@ -199,7 +199,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     "--model",
     "model_path",
     default=None,
-    type=click.Path(path_type=Path),
+    type=console.model_path,
     help=f"The run (its best checkpoint), checkpoint or shipped model that predicts the bytes.  "
     f"[default: {DEFAULT_MODEL}]",
 )
@@ -236,7 +236,7 @@ def compress(source, dest, model_path, online, streams, threads, device, adapt, 
     "--model",
     "model_path",
     default=None,
-    type=click.Path(path_type=Path),
+    type=console.model_path,
     help="The run, checkpoint or model SOURCE was compressed with (not for --online files).  "
     "[default: the shipped model the file names]",
 )

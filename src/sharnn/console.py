@@ -121,8 +121,11 @@ def _usage_error(e: click.UsageError):
 
 
 # The options and arguments several commands share.
-checkpoint_argument = click.argument("checkpoint", type=click.Path(path_type=Path))
-model_argument = click.argument("checkpoint", required=False, type=click.Path(path_type=Path))
+model_path = click.Path()
+"""A shipped model's name or a path, kept as typed: ``NAME`` is the shipped model (the
+package's), ``./NAME`` the folder (a ``Path`` would drop the ``./``)."""
+checkpoint_argument = click.argument("checkpoint", type=model_path)
+model_argument = click.argument("checkpoint", required=False, type=model_path)
 """A checkpoint, run, exported folder or shipped model's name; without it, DEFAULT_MODEL."""
 source_argument = click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
 dest_argument = click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))

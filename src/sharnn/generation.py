@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .data.corpus import Corpus
-from .errors import ConfigError
+from .errors import CheckpointError, ConfigError
 from .models.inference import inference_step
 from .models.sharnn import SHARNN
 from .runtime import autocast
@@ -45,7 +45,7 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
     logits = logits.float()
     if temperature == 0:
         return F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / temperature
+    logits = _scaled(logits, temperature)
     if 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -54,9 +54,52 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # drop a token when the mass before it already reaches top_p
         drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        drop[..., 0] = False  # the most likely token stays, however small top_p (below float32's smallest: 0)
         probs = probs.masked_fill(drop.scatter(-1, order, drop), 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+def _scaled(logits: Tensor, temperature: float) -> Tensor:
+    """``logits / temperature``; in a row where that overflows (a temperature so small, or
+    below float32's smallest number, that the quotient passes float32's range), the
+    quotient of the logits less their largest, in float64: 0 for the largest, the rest
+    -inf or below, so that the softmax puts the mass on the largest, as the limit does.
+    No branch on the values: nothing waits for the device."""
+    scaled = logits / temperature
+    safe = (logits - logits.amax(-1, keepdim=True)).double().div(temperature).float()
+    return torch.where(torch.isfinite(scaled).all(-1, keepdim=True), scaled, safe)
+
+
+def prompt_bytes(prompt: str | bytes) -> bytes:
+    """A prompt's bytes: text as UTF-8, where the bytes a command line could not decode as
+    UTF-8 (which Python keeps as lone surrogates, PEP 383) are the bytes given; bytes as they are.
+
+    Raises:
+        ConfigError: text with a lone surrogate that stands for no byte (not text at all).
+    """
+    if not isinstance(prompt, str):
+        return prompt
+    try:
+        return prompt.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:
+        raise ConfigError(
+            f"the prompt is not valid text: {prompt[e.start]!r} at character {e.start} is a lone surrogate"
+        ) from None
+
+
+def _draw(probs: Tensor, generator: torch.Generator) -> Tensor:
+    """One token per row of ``probs``. Raises :class:`CheckpointError` where the model's
+    predictions are not numbers (weights too large for its arithmetic: NaN or infinity)."""
+    try:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    except RuntimeError:
+        if bool(torch.isfinite(probs).all()):
+            raise
+        raise CheckpointError(
+            "the model's predictions are not numbers (NaN or infinity): its weights are too large for its "
+            "arithmetic, or broken"
+        ) from None
 
 
 @torch.no_grad()
@@ -88,6 +131,7 @@ def generate(
     Raises:
         ValueError: prompts that are not a non-empty ``[N, B]`` tensor.
         ConfigError (a ``ValueError``): invalid sampling settings (before any work).
+        CheckpointError: predictions that are not numbers (on the CPU; a weight too large).
     """
     if prompts.dim() != 2 or prompts.numel() == 0:
         raise ValueError("prompts must be a non-empty [N, B] tensor of token ids")
@@ -99,7 +143,7 @@ def generate(
     logits, advance = _read_prompts(model, prompts.to(device), window, autocast_dtype, max_new_tokens)
     for i in range(max_new_tokens):
         probs = filter_logits(logits, temperature, top_k, top_p)  # [B, V]
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        tokens = _draw(probs, generator)
         yield tokens
         if i + 1 < max_new_tokens:
             logits = advance(tokens)

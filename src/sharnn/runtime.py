@@ -1,4 +1,5 @@
-"""Where and how a model runs: the device, the precision and the fast path.
+"""Where and how a model runs: the device, the precision and the fast path; and whether
+it fits in the memory this process may hold (:func:`check_memory`, :func:`build_within_memory`).
 
 Training, evaluation, generation and the benchmarks each resolve one :class:`Runtime` and
 go through it for the device, the autocast context and the set-up of the fast path
@@ -13,12 +14,18 @@ recompute (PyTorch's activation checkpointing) is independent of it.
 from __future__ import annotations
 
 import contextlib
+import os
+import resource
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from .config import FAST_PATH, PRECISIONS
 from .errors import ConfigError
+from .models.build import LanguageModel, build_model, meta_model
+from .models.config import SHARNNConfig
 from .models.sharnn import SHARNN
 
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -131,3 +138,92 @@ class Runtime:
         precision = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast"}[self.autocast_dtype]
         path = ("fast path" + (" (compiled)" if self.compile else "")) if self.fast_path else "eager reference path"
         return f"{self.device}, {precision}, {path}" + (", recompute" if self.recompute else "")
+
+
+CGROUP_MEMORY = Path("/sys/fs/cgroup/memory.max")  # cgroup v2: a container's limit ("max": none)
+
+
+def memory_limit() -> tuple[int, str]:
+    """The most memory this process may hold, in bytes, and what sets it: the smallest of
+    the machine's memory, the address-space limit (``ulimit -v``, ``RLIMIT_AS``) and the
+    container's limit (cgroup v2 ``memory.max``)."""
+    limits = [(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's memory")]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append((soft, "this process's address-space limit (ulimit -v)"))
+    try:
+        text = CGROUP_MEMORY.read_text().strip()
+    except OSError:
+        text = ""
+    if text.isdigit():
+        limits.append((int(text), "this container's memory limit (cgroup memory.max)"))
+    return min(limits)
+
+
+def gib(size: int) -> str:
+    """``size`` bytes in GiB, for messages (``12.3 GiB``)."""
+    return f"{size / 2**30:,.1f} GiB"
+
+
+def check_memory(need: int, doing: str) -> None:
+    """Refuse, before anything is allocated, what needs more than :func:`memory_limit`:
+    ``doing`` (``loading model X``) needs at least ``need`` bytes.
+
+    Raises:
+        ConfigError: one line with both sizes and what sets the limit.
+    """
+    limit, what = memory_limit()
+    if need > limit:
+        raise ConfigError(f"{doing} needs at least {gib(need)} of memory, more than {what} ({gib(limit)})")
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation that failed: Python's ``MemoryError``, or torch's
+    (``DefaultCPUAllocator: can't allocate memory`` on the CPU, ``OutOfMemoryError`` on CUDA)."""
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+    )
+
+
+TRAINING_BYTES_PER_PARAMETER = 16  # fp32 weights, their gradients and the optimizer's two moments
+
+
+def check_model_memory(config: SHARNNConfig, bytes_per_parameter: int, doing: str) -> int:
+    """The parameters of the model ``config`` describes, counted on the meta device
+    (nothing allocated, however large), having refused with :func:`check_memory` a model
+    whose ``bytes_per_parameter`` per parameter (4 to hold fp32 weights,
+    :data:`TRAINING_BYTES_PER_PARAMETER` to train them) do not fit.
+
+    Raises:
+        ConfigError: an invalid config; a model too large for this process's memory.
+    """
+    parameters = meta_model(config).num_parameters()
+    check_memory(parameters * bytes_per_parameter, f"{doing} a model of {parameters:,} parameters")
+    return parameters
+
+
+@contextlib.contextmanager
+def out_of_memory_as(error: type[Exception], message: str) -> Iterator[None]:
+    """Run the block; an allocation that fails in it (:func:`out_of_memory`) raises
+    ``error(message)``, one line, instead."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as e:
+        if not out_of_memory(e):
+            raise
+        raise error(message) from None
+
+
+def build_within_memory(config: SHARNNConfig, bytes_per_parameter: int, doing: str) -> LanguageModel:
+    """:func:`~sharnn.models.build.build_model` once :func:`check_model_memory` has passed;
+    an allocation that fails all the same is refused in one line too.
+
+    Raises:
+        ConfigError: an invalid config; a model too large for this process's memory.
+    """
+    parameters = check_model_memory(config, bytes_per_parameter, doing)
+    limit, what = memory_limit()
+    with out_of_memory_as(
+        ConfigError, f"{doing} a model of {parameters:,} parameters ran out of memory ({what}: {gib(limit)})"
+    ):
+        return build_model(config)

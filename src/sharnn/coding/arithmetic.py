@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..config import TrainConfig, load_config
-from ..errors import DataError
+from ..errors import CheckpointError, DataError
 from ..models import exact
 from ..models.build import LanguageModel
 from ..models.inference import inference_step
@@ -221,8 +221,15 @@ def walk(
 
 def probabilities(logits: torch.Tensor) -> np.ndarray:
     """Logits ``[B, V]`` -> float64 probabilities ``[B, V]`` for the coder: the same
-    deterministic computation on both sides."""
-    return torch.softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
+    deterministic computation on both sides. Raises :class:`CheckpointError` where they
+    are not numbers (weights too large for the float step's arithmetic)."""
+    probs = torch.softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
+    if not np.isfinite(probs).all():
+        raise CheckpointError(
+            "the model's predictions are not numbers (NaN or infinity): its weights are too large for "
+            "this precision's arithmetic (the integer step takes them), or broken; nothing was written"
+        )
+    return probs
 
 
 def device_of(model: LanguageModel) -> torch.device:

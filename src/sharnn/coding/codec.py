@@ -48,15 +48,19 @@ import torch
 from ..compiled import ensure_compiled
 from ..config import TrainConfig, load_config
 from ..errors import CheckpointError, ConfigError, DataError
-from ..models.build import model_sha256
+from ..models.build import check_finite, model_sha256
 from ..models.sharnn import SHARNN
 from ..progress import ProgressDisplay
+from ..runtime import out_of_memory_as
 from .arithmetic import PROGRESS_EVERY, START_BYTE, Arithmetic, device_of, walk
-from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, pack, parse
+from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, check_bytes, pack, parse
 from .environment import (
     BF16_FEATURES,
     BF16_PRODUCTS,
     MAX_THREADS,
+    available_cpus,
+    check_streams,
+    check_threads,
     coding_threads,
     cpu_features,
     deterministic_kernels,
@@ -119,10 +123,9 @@ def compress(
         threads: torch's and the kernels' thread count while coding, recorded in the header
             and used again by :func:`decompress` (another for a portable file). One is the
             default: a position's products are small, and a second thread rarely pays for
-            itself and is several times slower when anything else runs (docs/compression.md,
-            "Streams and threads").
-        online: online mode's settings (None: model mode).
-        progress: shows the fraction coded and the bits per byte so far.
+            itself and is several times slower beside other work (docs/compression.md).
+        online, progress: online mode's settings (None: model mode); shows the fraction
+            coded and the bits per byte so far.
         precision: the step's arithmetic (None: :func:`default_precision`): ``"integer"``,
             the integer step of an SHA-RNN in model mode, whose file decodes on any
             machine; ``"fp32"``, the float step (or a Transformer's forward), whose file
@@ -140,16 +143,17 @@ def compress(
         ``len(data)`` plus the header.
 
     Raises:
-        ConfigError: ``streams`` < 1, ``threads`` outside 1 to 1024, a model that is not
+        ConfigError: ``streams`` or ``threads`` outside 1 to 1024, a model that is not
             byte-level, an unknown precision, integer or bf16 for a Transformer, integer
             in online mode, bf16 off the CPU or on a CPU without bf16 instructions;
             ``adapt`` with another precision than integer.
     """
+    check_bytes("data", data)
     if streams is None:
         streams = default_streams(len(data), online is not None)
-    if not 1 <= threads <= MAX_THREADS:
-        raise ConfigError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
-    with coding_threads(threads):
+    check_threads(threads)
+    more = f"coding {len(data):,} bytes in {streams} streams needs more memory than this process may hold"
+    with out_of_memory_as(ConfigError, f"{more}: give fewer streams, or a smaller input"), coding_threads(int(threads)):
         header, payload = encode(
             data, model, streams=streams, online=online, progress=progress, precision=precision, adapt=adapt
         )
@@ -187,8 +191,8 @@ def encode(
     """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
     if precision is None:
         precision = default_precision(model, online)
-    if streams < 1:
-        raise ConfigError(f"streams must be >= 1, got {streams}")
+    check_streams(streams)
+    check_finite(model.state_dict(), "the model")
     if adapt and precision != "integer":
         why = "online mode learns the model itself" if online is not None else f"not {precision}'s"
         raise ConfigError(f"--adapt mixes the integer step's distribution ({why}): leave it out")
@@ -337,17 +341,19 @@ def _decode(arithmetic: Arithmetic, model: SHARNN, header: Header, payload: byte
 
 
 def decoding_threads(header: Header, threads: int | None, name: str = "input") -> int:
-    """The thread count a file decodes with: ``threads``, or the header's when None.
+    """The thread count a file decodes with: ``threads``, or the header's when None; for a
+    portable file, which decodes to the same bytes with any count, at most this machine's
+    CPUs (:func:`available_cpus`: a header that says 1,024 starts no more threads than there are CPUs).
 
     Raises:
         ConfigError: ``threads`` outside 1 to :data:`MAX_THREADS`, or another count than
             the header's for a file that is not portable (its sums depend on the count).
     """
     recorded = header.environment["threads"]
-    if threads is None:
-        return recorded
+    if threads is None:  # a portable file decodes to the same bytes with any count: its own is a hint
+        return min(recorded, available_cpus()) if header.portable else recorded
     if type(threads) is not int or not 1 <= threads <= MAX_THREADS:
-        raise ConfigError(f"threads must be an integer between 1 and {MAX_THREADS}, got {threads!r}")
+        raise ConfigError(f"threads must be an integer between 1 and {MAX_THREADS}, got {threads!r:.40}")
     if threads != recorded and not header.portable:
         raise ConfigError(
             f"{name} is coded in {header.precision}, not portable: it decodes with the {recorded} thread(s) "

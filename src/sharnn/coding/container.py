@@ -169,6 +169,13 @@ def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
     return parse(blob, name)[1:]
 
 
+def check_bytes(name: str, value) -> None:
+    """Refuse ``value`` unless bytes (``bytes``, ``bytearray`` or ``memoryview``): a
+    :class:`ConfigError` naming the argument ``name``."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise ConfigError(f"{name} must be bytes, got {type(value).__name__}")
+
+
 class Compressed(NamedTuple):
     """A compressed file read and checked by :func:`parse`: its format ``version``, its
     ``header`` and its ``payload``."""
@@ -180,6 +187,7 @@ class Compressed(NamedTuple):
 
 def parse(blob: bytes, name: str) -> Compressed:
     """:func:`read_header`, with the file's format version first."""
+    check_bytes("blob", blob)
     if blob and len(blob) < _PREFIX.size and MAGIC.startswith(blob[: len(MAGIC)]):
         raise DataError(f"{name} is truncated (its header is incomplete)")
     if len(blob) < _PREFIX.size or blob[: len(MAGIC)] != MAGIC:

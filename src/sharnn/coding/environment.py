@@ -7,14 +7,55 @@ each set for the coding alone and restored after it.
 
 from __future__ import annotations
 
+import numbers
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from ..compiled import kernel_threads
+from ..errors import ConfigError
 
-MAX_THREADS = 1024
+MAX_THREADS = 1024  # the most a file records (a header's range)
+
+
+# The most streams a file is coded in: the coder's working memory grows with every stream
+# (each holds its own state and a row of every product), and past 32 (the most by
+# default) a position costs nearly as much per stream as it saves.
+MAX_STREAMS = 1024
+
+
+def check_streams(streams) -> None:
+    """Refuse a stream count that is not an integer from 1 to :data:`MAX_STREAMS`, saying why."""
+    _check_count(
+        "streams",
+        streams,
+        MAX_STREAMS,
+        "the coder's memory grows with every stream, and past 32 a "
+        "position costs nearly as much per stream as it saves",
+    )
+
+
+def check_threads(threads) -> None:
+    """Refuse a thread count that is not an integer from 1 to :data:`MAX_THREADS`, saying why."""
+    _check_count("threads", threads, MAX_THREADS, "the most a file records; more threads than CPUs only slow coding")
+
+
+def _check_count(name: str, value, most: int, why: str) -> None:
+    """Refuse ``value`` unless an integer from 1 to ``most`` (a bool is not one): a
+    :class:`ConfigError` that says ``why`` the bound is there."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= most:
+        raise ConfigError(f"{name} must be an integer from 1 to {most:,} ({why}), got {value!r:.40}")
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container or ``taskset``
+    narrows), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 MAX_FEATURES = 16  # names in a header's environment.cpu_features

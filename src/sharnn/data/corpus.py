@@ -166,19 +166,43 @@ def _load_prepared(path: Path) -> Corpus:
     return Corpus(*splits, source=str(path), tokenizer=tokenizer, words=words)
 
 
+# A .gz is decompressed into memory: at most this many bytes (larger text is read from a
+# plain file, memory-mapped), so that a small file that inflates without end (a gzip bomb)
+# is refused before it exhausts memory.
+MAX_GZIP_BYTES = 2**30
+
+
 def read_bytes(path: str | Path) -> np.ndarray:
     """A file's bytes as a uint8 array ``[N]``: memory-mapped, or decompressed when it ends
-    in .gz. Raises :class:`DataError` when the file is missing or unreadable."""
+    in .gz (at most :data:`MAX_GZIP_BYTES`). Raises :class:`DataError` when the file is
+    missing or unreadable, or decompresses to more than that."""
     path = Path(path)
     try:
         if path.suffix == ".gz":
-            with gzip.open(path, "rb") as f:
-                return np.frombuffer(bytearray(f.read()), dtype=np.uint8)
+            return _gunzip(path)
         if path.stat().st_size == 0:
             return np.zeros(0, dtype=np.uint8)
         return np.memmap(path, dtype=np.uint8, mode="c")  # copy-on-write: writable view, no copy
     except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         raise DataError(f"cannot read {path}: {e}") from None
+
+
+def _gunzip(path: Path) -> np.ndarray:
+    """The decompressed bytes of ``path``, read in chunks and refused (:class:`DataError`)
+    once past :data:`MAX_GZIP_BYTES` or past the memory this process may hold."""
+    data = bytearray()
+    try:
+        with gzip.open(path, "rb") as f:
+            while len(data) <= MAX_GZIP_BYTES and (chunk := f.read(min(1 << 24, MAX_GZIP_BYTES + 1 - len(data)))):
+                data += chunk
+    except MemoryError:
+        raise DataError(f"{path} decompresses to more bytes than this process has memory for") from None
+    if len(data) > MAX_GZIP_BYTES:
+        raise DataError(
+            f"{path} decompresses to more than {MAX_GZIP_BYTES:,} bytes, the most sharnn reads from a .gz (it holds "
+            "them in memory): decompress it and give the plain file, which is read from disk"
+        )
+    return np.frombuffer(data, dtype=np.uint8)
 
 
 def batchify(data: np.ndarray, streams: int) -> Tensor:

@@ -15,6 +15,8 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from ..config_check import shown
+from ..errors import CheckpointError, ConfigError
 from . import hub
 from .config import SHARNNConfig
 from .hub import pretrained_config
@@ -100,8 +102,38 @@ def parameter_count(config: SHARNNConfig) -> int:
     """Parameters of the model ``config`` describes (the tied embedding once), counted on
     the meta device: nothing is allocated. What an experiment grid matches sizes with.
     Raises :class:`sharnn.errors.ConfigError`: an invalid config."""
-    with torch.device("meta"):
-        return build_model(config).num_parameters()
+    return meta_model(config).num_parameters()
+
+
+def meta_model(config: SHARNNConfig) -> LanguageModel:
+    """The model ``config`` describes on the meta device: its shapes and parameter counts,
+    nothing allocated, however large.
+
+    Raises:
+        ConfigError: an invalid config; a weight too large for torch to size (its bytes
+            past 2^63), which the meta device reports as an overflow.
+    """
+    try:
+        with torch.device("meta"):
+            return build_model(config)
+    except RuntimeError as e:
+        if "overflow" not in str(e):
+            raise
+        sizes = ", ".join(
+            f"model.{name}={shown(getattr(config, name))}" for name in ("vocab_size", "d_model", "boom_dim")
+        )
+        raise ConfigError(f"a model of {sizes} is too large: one of its weights would pass 2^63 bytes") from None
+
+
+def check_finite(weights: dict[str, Tensor], source: str | Path) -> None:
+    """Refuse weights that hold a NaN or an infinity: every prediction of the model would be
+    NaN (a trained model's weights are finite). Raises :class:`CheckpointError` naming
+    ``source`` and the first such tensor."""
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(
+                f"{source}: the weight {name} holds NaN or infinite values; a model's weights are finite numbers"
+            )
 
 
 def model_sha256(model: LanguageModel) -> str:

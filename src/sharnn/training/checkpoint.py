@@ -37,11 +37,10 @@ renamed; the links are swapped atomically. A crash therefore leaves the previous
 never a half-written checkpoint; checkpoints no link points to are deleted after each
 save. One process writes them: the run's writer (see :class:`sharnn.training.run_folder.RunFolder`).
 
-The functions that read a checkpoint (:func:`resolve`, :func:`read_config`,
-:func:`load_model`) also take a folder in the Hugging Face Hub layout, written by
-``SHARNN.save_pretrained`` or ``sharnn export`` (:mod:`sharnn.models.hub`,
-docs/sharing.md): ``config.json`` and ``model.safetensors``, and from an export
-``train_config.yaml``, the run's TrainConfig.
+The functions that read a model from a checkpoint, an exported folder or a shipped model
+(``resolve``, ``read_config``, ``load_model``, ``load_weights``, ``read_tokenizer``) are
+:mod:`sharnn.loading`'s, which every command loads through; they are named here too, where
+they were first.
 """
 
 from __future__ import annotations
@@ -60,23 +59,26 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from ..config import TrainConfig, load_config, to_yaml
+from ..config import TrainConfig, to_yaml
 from ..config_check import shown
-from ..data.tokenizer import TOKENIZER_FILE, Tokenizer, check_vocabulary, load_tokenizer
-from ..errors import CheckpointError, ConfigError, RunError
+from ..data.tokenizer import TOKENIZER_FILE
+from ..errors import CheckpointError, RunError
 from ..files import staging_folder, write_atomically
-from ..models.build import LanguageModel, build_model, load_pretrained, state_from_tensors
-from ..models.config import SHARNNConfig
-from ..models.hub import CONFIG_JSON, apply_weights, pretrained_config, read_config_json
-from ..models.shipped import shipped_folder, shipped_names
-
-MODEL_FILE, STATE_FILE, TRAINER_FILE, CONFIG_FILE = (
-    "model.safetensors",
-    "state.safetensors",
-    "trainer.pt",
-    "config.yaml",
+from ..loading import (  # noqa: F401 (named here too: sharnn.training.checkpoint.load_model, ...)
+    CONFIG_FILE,
+    MODEL_FILE,
+    TRAIN_CONFIG_FILE,
+    is_pretrained,
+    load_model,
+    load_weights,
+    read_config,
+    read_model_config,
+    read_tokenizer,
+    resolve,
 )
-TRAIN_CONFIG_FILE = "train_config.yaml"  # an exported folder's TrainConfig
+from ..models.build import state_from_tensors
+
+STATE_FILE, TRAINER_FILE = "state.safetensors", "trainer.pt"
 # The staging folders of checkpoints and links (sharnn.files.staging_folder: tempfile's names).
 _STAGING = re.compile(r"\.(step-\d{8}|latest|best)\.[a-z0-9_]{8}\.tmp")
 
@@ -210,68 +212,6 @@ def point(link: Path, target: Path) -> None:
         os.replace(staging, link)
 
 
-def resolve(path: str | Path) -> Path:
-    """A checkpoint folder from a checkpoint path, a run folder (its ``best``, else
-    ``latest``), a folder in the Hub layout (:func:`is_pretrained`), or the name of a
-    shipped model (:mod:`sharnn.models.shipped`) where no such path exists.
-
-    Raises:
-        CheckpointError: if no checkpoint is there.
-    """
-    path = Path(path)
-    if not path.exists() and (shipped := shipped_folder(str(path))) is not None:
-        return shipped
-    for candidate in (path, path / "best", path / "latest"):
-        if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
-            return candidate.resolve()
-    if is_pretrained(path):
-        return path.resolve()
-    names = ", ".join(shipped_names()) or "none"
-    raise CheckpointError(
-        f"no checkpoint at {path} (expected {MODEL_FILE} with {CONFIG_FILE} (a checkpoint) or "
-        f"{CONFIG_JSON} (save_pretrained, sharnn export), a run folder, or a shipped model: {names})"
-    )
-
-
-def is_pretrained(folder: Path) -> bool:
-    """Whether ``folder`` is in the Hub layout: ``config.json`` and ``model.safetensors``."""
-    return (folder / CONFIG_JSON).is_file() and (folder / MODEL_FILE).is_file()
-
-
-def read_config(path: str | Path) -> TrainConfig:
-    """The configuration stored with a checkpoint (or a run folder's best/latest one); for
-    an exported folder, its ``train_config.yaml`` with the model of its ``config.json``
-    (collapsed, when it was exported so).
-
-    Raises:
-        CheckpointError: no checkpoint there; an invalid ``config.yaml``,
-            ``train_config.yaml`` or ``config.json``; a folder written by a plain
-            ``save_pretrained``, which records no training config.
-    """
-    folder = resolve(path)
-    if not is_pretrained(folder):
-        return _load_config(folder / CONFIG_FILE)
-    if not (folder / TRAIN_CONFIG_FILE).is_file():
-        raise CheckpointError(
-            f"{folder} has no {TRAIN_CONFIG_FILE} (saved with save_pretrained, not sharnn export): "
-            f"it does not record the data or the evaluation protocol"
-        )
-    return _load_config(folder / TRAIN_CONFIG_FILE, read_model_config(folder))
-
-
-def read_model_config(folder: Path) -> SHARNNConfig:
-    """The model config in a Hub-layout folder's ``config.json``. Raises :class:`CheckpointError`."""
-    return pretrained_config(read_config_json(folder), folder / CONFIG_JSON)
-
-
-def _load_config(file: Path, model: SHARNNConfig | None = None) -> TrainConfig:
-    try:
-        return load_config(file, model=model)
-    except ConfigError as e:
-        message = str(e)  # an empty file's message names it already
-        raise CheckpointError(message if message.startswith(f"{file} ") else f"{file}: {message}") from None
-
-
 TRAINING_FILE = "training.json"  # an exported folder's record of its run (sharnn.export.training_record)
 # The numbers training.json holds: whether each is required, and its kinds (the other keys are optional).
 _RECORD_NUMBERS = {"step": (True, int), "epochs": (True, (int, float)), "valid_bpc": (False, (int, float))}
@@ -312,54 +252,6 @@ def check_training_record(folder: str | Path) -> dict | None:
             expected = "an integer" if kinds is int else "a number"
             raise CheckpointError(f"{file}: {key} must be {expected}, got {shown(value)}")
     return record
-
-
-def read_tokenizer(path: str | Path, vocab_size: int | None = None) -> Tokenizer:
-    """The tokenizer of a checkpoint, run folder or exported folder: its ``tokenizer.json``,
-    or bytes when it has none; checked against a model of ``vocab_size`` token ids when
-    given. Raises :class:`CheckpointError` (no checkpoint) or :class:`DataError` (an
-    invalid ``tokenizer.json``, or one that does not fit the model)."""
-    folder = resolve(path)
-    tokenizer = load_tokenizer(folder)
-    if vocab_size is not None:
-        check_vocabulary(vocab_size, tokenizer, str(folder))
-    return tokenizer
-
-
-def load_weights(model: LanguageModel, folder: Path, device: str | torch.device = "cpu") -> None:
-    """Load ``folder/model.safetensors`` into ``model``.
-
-    Raises:
-        CheckpointError: a missing or corrupt file, or weights that do not fit the model.
-    """
-    try:
-        weights = load_file(Path(folder) / MODEL_FILE, device=str(device))
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{Path(folder) / MODEL_FILE} is missing or corrupt: {e}") from None
-    apply_weights(model, weights, folder)
-
-
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[LanguageModel, TrainConfig | None]:
-    """Build the model a checkpoint (or a run folder's best checkpoint) describes and load
-    its weights; a Hub-layout folder through ``SHARNN.from_pretrained`` (its weights'
-    SHA-256 checked).
-
-    Returns:
-        ``(model, config)``, the model in eval mode on ``device``, on the eager path;
-        ``config`` is None for a folder written by a plain ``save_pretrained`` (no
-        ``train_config.yaml``).
-
-    Raises:
-        CheckpointError: missing or corrupt files, or weights that do not match the config.
-    """
-    folder = resolve(path)
-    if is_pretrained(folder):
-        model = load_pretrained(folder, map_location=device)
-        return model, read_config(folder) if (folder / TRAIN_CONFIG_FILE).is_file() else None
-    config = read_config(folder)
-    model = build_model(config.model)
-    load_weights(model, folder)
-    return model.to(device).eval(), config
 
 
 class RunCheckpoints:

@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from ..config import TrainConfig
-from ..models.build import build_model, state_from_tensors
+from ..models.build import state_from_tensors
 from ..models.sharnn import State
-from ..runtime import Runtime, autocast
+from ..runtime import TRAINING_BYTES_PER_PARAMETER, Runtime, autocast, build_within_memory
 from .distributed import Distributed
 from .optim import MinTrustLAMB
 
@@ -206,7 +206,7 @@ class TrainingState:
     def __init__(self, config: TrainConfig, runtime: Runtime, distributed: Distributed = Distributed()):
         torch.manual_seed(config.seed)
         self.device = runtime.device
-        self.model = runtime.prepare(build_model(config.model))
+        self.model = runtime.prepare(build_within_memory(config.model, TRAINING_BYTES_PER_PARAMETER, "training"))
         self.optimizer = build_optimizer(self.model, config)
         self.scaler = runtime.grad_scaler()
         self.jitter_rng = np.random.default_rng(config.seed)

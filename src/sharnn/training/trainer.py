@@ -73,7 +73,8 @@ def train(
             ``run_dir/.lock`` for the run's life, from before anything of the run is
             read; the kernel drops it when the process ends, ``kill -9`` too).
         ConfigError: a change of a setting a resume cannot change; an unusable device or
-            precision; a ``valid_max_bytes`` or ``test_max_bytes`` prefix too short.
+            precision; a model whose weights, gradients and moments pass this process's memory
+            (refused before it is built); a ``valid_max_bytes`` or ``test_max_bytes`` prefix too short.
         Interrupted: Ctrl-C, SIGTERM or ``should_stop`` stopped the run (after saving
             ``latest``).
         DataError: the corpus is missing or smaller than one window, or its tokenizer is
