@@ -25,12 +25,13 @@ FLOORS = [
     {"coding"},  # online mode trains with the training recipe
     {"analysis", "export"},
     {"analysis_report", "arguments", "results"},
+    {"commands"},  # one module per command: its work, its result and the lines it prints
     {"api"},
     {"console"},
     {"cli"},
     {"__main__"},
 ]
-WINGS = {"models", "data", "training", "coding"}
+WINGS = {"models", "data", "training", "coding", "commands"}
 
 
 def module_name(path: Path) -> str:

@@ -57,7 +57,9 @@ _EXPORTS = {
     "analyze_tokenization": "api",
     "compress_file": "api",
     "decompress_file": "api",
-    "Coding": "results",
+    "Coding": "api",
+    "list_file": "api",
+    "Listing": "api",
     "train_run": "api",
     "info": "api",
 }

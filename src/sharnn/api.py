@@ -16,7 +16,6 @@ line's message; ``OSError`` when the file system refuses.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -25,21 +24,20 @@ import torch
 
 from .analysis_report import check_destination
 from .arguments import check_count, check_number, check_overrides, check_path, check_runtime
-from .coding.codec import coding_device, compress as encode, decoding_threads, decompress as decode
-from .coding.container import MAX_FILE_BYTES, MAX_LENGTH, read_header
-from .coding.online import online_config, online_model
+from .commands.compress import Coding as Coding, compress_file as compress_file
+from .commands.decompress import decompress_file as decompress_file
+from .commands.listing import Listing as Listing, is_compressed, list_file as list_file
 from .config import TrainConfig, load_config, preset_names, to_yaml
 from .config_check import shown
 from .data.corpus import Corpus, load_corpus, read_bytes
 from .data.tokenizer import Tokenizer, check_corpus_tokenizer
 from .errors import CheckpointError, ConfigError
 from .evaluation import evaluate
-from .files import output_destination, read_input, write_output
 from .generation import filter_logits, generate as sample
-from .models.build import LanguageModel, build_model, model_sha256
+from .models.build import LanguageModel, build_model
 from .models.shipped import DEFAULT_MODEL, shipped_folder, shipped_names
 from .progress import ProgressDisplay
-from .results import Coding, Evaluation, Generation, Loaded
+from .results import Evaluation, Generation, Loaded
 from .runtime import Runtime, resolve_device
 from .training.checkpoint import (
     is_pretrained,
@@ -294,143 +292,6 @@ def _window(config: TrainConfig, bptt: int | None) -> int:
     return window
 
 
-def compress_file(
-    source: str | Path,
-    dest: str | Path,
-    model: str | Path | None = None,
-    *,
-    online: bool = False,
-    settings: Sequence[str] = (),
-    streams: int | None = None,
-    threads: int = 1,
-    device: str = "cpu",
-    precision: str | None = None,
-    force: bool = False,
-    quiet: bool = False,
-    adapt: bool | None = None,
-) -> Coding:
-    """Compress the file ``source`` to ``dest`` (``-``: standard input or output), exactly
-    invertible by :func:`decompress_file` (docs/compression.md), as ``sharnn compress``.
-
-    Args:
-        model: the run (its best checkpoint), checkpoint or shipped model that predicts
-            the bytes (None: :data:`~sharnn.models.shipped.DEFAULT_MODEL`); or
-        online: a fixed-seed model learns from the bytes already coded, with ``settings``
-            (``key=value`` overrides of :func:`sharnn.coding.online.online_config`).
-        streams: contiguous pieces coded side by side (None: by the input's size,
-            :func:`sharnn.coding.codec.default_streams`).
-        threads: torch's thread count while coding (recorded; decompression uses it too).
-        device: ``cpu`` or ``cuda[:N]`` (a file coded on CUDA decodes only on the same GPU
-            type with the same library versions).
-        precision: ``integer`` (the default with a model: a file that decodes anywhere),
-            ``fp32`` (the default online) or ``bf16``, as :func:`sharnn.coding.codec.compress`.
-        adapt: mix the model with context models that learn the file (None: with integer), as there.
-        force: replace ``dest`` if it is a file or a symbolic link (the link, not its target).
-        quiet: show no progress on standard error.
-
-    ``dest`` is checked before any work, held for this call alone and written atomically
-    (:func:`sharnn.files.output_destination`). ``source`` holds at most
-    :data:`~sharnn.coding.container.MAX_LENGTH` bytes (2 GiB: the compressor holds it and a
-    grid of it in memory), or is refused by its size, or without an end once that much is read.
-
-    Raises:
-        ConfigError: both ``model`` and ``online``; ``settings`` without ``online``; a
-            precision :func:`sharnn.coding.codec.compress` refuses; a ``dest``
-            :func:`sharnn.files.output_destination` refuses (standard output closed, the
-            input, a file without ``force``, a folder, a device or FIFO).
-        DataError: an unreadable or too large ``source``; standard input closed. CheckpointError: as :func:`load`.
-    """
-    if online and model is not None:
-        raise ConfigError("give --model or --online, not both")
-    if settings and not online:
-        raise ConfigError(f"key=value settings ({settings[0]}) are for --online only")
-    with output_destination(source, dest, force, ConfigError):
-        data = read_input(source, MAX_LENGTH, "the most sharnn compresses")
-        predictor, config = _predictor(model, online, settings, device)
-        started = time.perf_counter()
-        with ProgressDisplay("compress", enabled=not quiet) as progress:
-            options = {"streams": streams, "threads": threads, "precision": precision, "adapt": adapt}
-            blob = encode(data, predictor, online=config, progress=progress, **options)
-        write_output(dest, blob)
-        seconds = time.perf_counter() - started
-    return Coding(len(data), len(blob), seconds, read_header(blob, str(dest))[0], compressed=True)
-
-
-def _predictor(
-    model: str | Path | None, online: bool, settings: Sequence[str], device: str
-) -> tuple[LanguageModel, TrainConfig | None]:
-    """What predicts the bytes :func:`compress_file` codes, on ``device``: online, the
-    fixed-seed model of ``settings`` with its config; else the checkpoint ``model``'s, with None."""
-    target = resolve_device(device)
-    if online:
-        config = online_config(settings)
-        return online_model(config).to(target), config
-    return load_model(DEFAULT_MODEL if model is None else model, device=target)[0], None
-
-
-def decompress_file(
-    source: str | Path,
-    dest: str | Path,
-    model: str | Path | None = None,
-    *,
-    threads: int | None = None,
-    force: bool = False,
-    quiet: bool = False,
-) -> Coding:
-    """Decompress ``source`` to ``dest`` (``-``: standard input or output), as ``sharnn
-    decompress``: every stream's CRC32 is checked before anything is written; on any
-    mismatch nothing is.
-
-    Args:
-        model: the run, checkpoint or shipped model ``source`` was compressed with (None:
-            the shipped model whose fingerprint the file records; an online or stored file
-            needs none).
-        threads: torch's thread count (None: the file's; another only for a portable file).
-        force, quiet: as :func:`compress_file`.
-
-    Raises:
-        DataError: a file that is not sharnn's, is corrupt, or decodes to other bytes; one
-            of more than :data:`~sharnn.coding.container.MAX_FILE_BYTES` bytes; as
-            :func:`compress_file` for ``source``.
-        CheckpointError: a model-mode file given another model, or none where no shipped
-            model is the one it records.
-        ConfigError: as :func:`compress_file` for ``dest``; an online file given a model; a
-            file coded on CUDA, on a machine without it; a bf16 file coded on a CPU of
-            other features (before the model is loaded); ``threads`` refused by
-            :func:`sharnn.coding.codec.decoding_threads`.
-    """
-    with output_destination(source, dest, force, ConfigError):
-        blob = read_input(source, MAX_FILE_BYTES, "the most sharnn decompresses")
-        header, _ = read_header(blob, str(source))
-        decoding_threads(header, threads, str(source))
-        predictor = None  # a stored file is the input itself, an online file trains its own model
-        if header.storage != "stored" and (model is not None or header.mode == "model"):
-            device = coding_device(header, str(source))
-            predictor = (
-                load_model(model, device=device)[0]
-                if model is not None
-                else _shipped_with(header.model_sha256, str(source), device)
-            )
-        started = time.perf_counter()
-        with ProgressDisplay("decompress", enabled=not quiet) as progress:
-            data = decode(blob, predictor, name=str(source), progress=progress, threads=threads)
-        write_output(dest, data)
-        seconds = time.perf_counter() - started
-    return Coding(len(blob), len(data), seconds, header, compressed=False)
-
-
-def _shipped_with(fingerprint: str, name: str, device: torch.device) -> LanguageModel:
-    """The shipped model whose :func:`~sharnn.models.build.model_sha256` is ``fingerprint``,
-    loaded on ``device``. Raises :class:`CheckpointError` (the file ``name`` needs
-    ``--model``) when none is."""
-    for shipped in shipped_names():
-        if model_sha256(candidate := load_model(shipped, device=device)[0]) == fingerprint:
-            return candidate
-    raise CheckpointError(
-        f"{name} was compressed with a model that is not shipped (sha256 {fingerprint[:16]}...): give it with --model"
-    )
-
-
 def train_run(
     preset: str | None = None,
     config_file: str | Path | None = None,
@@ -530,6 +391,8 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
         return f"presets: {', '.join(preset_names())}\nshipped models: {', '.join(shipped) or 'none'}"
     check_path("target", target)
     check_overrides(overrides)
+    if not overrides and is_compressed(target):
+        return list_file(target).format()
     path, scores = Path(target), None
     if not path.exists() and str(target) in shipped_names():
         path = shipped_folder(str(target))

@@ -1,6 +1,6 @@
 """What the API's functions return (:mod:`sharnn.api`), and the lines the commands print
 for them: a loaded checkpoint (:class:`Loaded`), a score (:class:`Evaluation`), text being
-sampled (:class:`Generation`), a file coded (:class:`Coding`).
+sampled (:class:`Generation`); a file coded is :class:`sharnn.commands.compress.Coding`.
 """
 
 from __future__ import annotations
@@ -8,10 +8,8 @@ from __future__ import annotations
 import codecs
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
-from .coding.container import Header
 from .config import TrainConfig
 from .data.tokenizer import Tokenizer
 from .evaluation import EvalResult
@@ -86,32 +84,3 @@ class Generation:
         for piece in self.pieces:
             yield decoder.decode(piece)
         yield decoder.decode(b"", final=True)
-
-
-@dataclass(frozen=True)
-class Coding:
-    """What :func:`compress_file` or :func:`decompress_file` did: ``read`` and ``written``
-    (bytes), ``seconds`` from the coding's start to the output's end, the compressed
-    file's ``header``, and whether it ``compressed`` (else it decompressed)."""
-
-    read: int
-    written: int
-    seconds: float
-    header: Header
-    compressed: bool
-
-    def format(self, name: str | Path) -> str:
-        """The line ``sharnn compress`` or ``decompress`` prints for the input ``name``: sizes,
-        bits per byte or the streams checked, and speed in bytes of the original per second."""
-        header, stored = self.header, self.header.storage == "stored"
-        original = self.read if self.compressed else self.written
-        speed = f"{original / self.seconds:,.0f} bytes/s ({self.seconds:.1f} s)"
-        streams = _streams(header.streams)
-        if self.compressed:
-            how = f"stored raw: coding gave {header.coded_bytes:,} bytes" if stored else streams
-            return (
-                f"compressed {name}: {self.read:,} -> {self.written:,} bytes, "
-                f"{8 * self.written / max(self.read, 1):.4f} bits per byte, {how}, {speed}"
-            )
-        checked = "stored raw, its CRC32 checked" if stored else f"CRC32 of {streams} checked"
-        return f"decompressed {name}: {self.read:,} -> {self.written:,} bytes, {checked}, {speed}"
