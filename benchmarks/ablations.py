@@ -41,7 +41,7 @@ of a diverged run has ``diverged`` (the error line), its last logged step and no
 test BPC again on a CPU with the same thread count. Then a table per variant: mean test
 BPC with its 95% confidence interval over seeds (Student's t), the difference from the
 baseline with its 95% interval (Welch), parameters, steps and tokens/s; its Markdown
-(``--markdown``), the JSON (``--json``: the format of docs/ablations.json) and a figure
+(``--markdown``), the JSON (``--json``: the format of results/ablations.json) and a figure
 (``--plot``: validation BPC against training seconds, one line per variant, the mean over
 seeds with a min-max band). With ``--speeds FILE`` (each variant's training tokens/s,
 measured quiet in one run by ``benchmarks/variant_speeds.py``) the report also compares
@@ -51,8 +51,8 @@ takes the machine's day out of a wall-clock budget.
 
     python benchmarks/ablations.py                       # the whole grid, resumable
     python benchmarks/ablations.py --only single-head,no-attention --seeds 1
-    python benchmarks/ablations.py --report --markdown docs/ablations.md.table \\
-        --json docs/ablations.json --plot docs/ablations.png
+    python benchmarks/ablations.py --report --markdown table.md \\
+        --json results/ablations.json --plot results/ablations.png
     python benchmarks/variant_speeds.py --json speeds.json   # then:
     python benchmarks/ablations.py --report --speeds speeds.json
 
@@ -86,12 +86,13 @@ import torch
 import yaml
 from filelock import FileLock
 
-from common import environment, missing_extra, print_table, read_metrics
+from common import environment, missing_extra, print_table
 from sharnn.config import config_changes, load_config
 from sharnn.data.corpus import load_corpus
 from sharnn.errors import SharnnError
 from sharnn.files import Lock, LockError, Terminated, sigterm_raises, write_atomically
 from sharnn.models.build import parameter_count
+from sharnn.training.metrics import read_records
 from sharnn.training.run_folder import LOCK_FILE, read_summary
 
 try:
@@ -286,7 +287,7 @@ def train_tokens(config) -> int:
 def run_row(run: Run, run_dir: Path, threads: int) -> dict:
     """The row of a finished run (keys: module docstring), or of a diverged one: its
     ``diverged`` (the error line), ``steps`` (the last logged step), no scores."""
-    summary, metrics = read_summary(run_dir), read_metrics(run_dir)
+    summary, metrics = read_summary(run_dir), read_records(run_dir)
     valids = [r for r in metrics if r.get("split") == "valid" and "seconds" in r]
     row = {
         "variant": run.variant,
@@ -764,7 +765,7 @@ def results(
 
 
 def portable(results: dict) -> dict:
-    """``results`` as ``--json`` publishes them (docs/ablations.json): without the rows'
+    """``results`` as ``--json`` publishes them (results/ablations.json): without the rows'
     ``run_dir`` (this machine's folders) and with the grid's path inside the repository
     relative to it, so that the file reads the same wherever it is run."""
     grid = Path(results["grid"]).resolve()
@@ -962,7 +963,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default=None, help="comma list of the seeds to run or report [the grid's]")
     parser.add_argument("--seconds", type=float, default=None, help="training budget per run [the grid's]")
     parser.add_argument("--report", action="store_true", help="only report the finished runs")
-    parser.add_argument("--json", type=Path, default=None, help="write the results here (docs/ablations.json)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here (results/ablations.json)")
     parser.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
     parser.add_argument("--plot", type=Path, default=None, help="write the figure here (PNG)")
     parser.add_argument(

@@ -1,9 +1,9 @@
 """What each part of the adaptive stage gives, in bits per byte (docs/compression.md,
 "Adapting to the file").
 
-For each file: the integer step's log-weights of every position (the shipped model or
-``--model``; the file cut into streams as ``sharnn compress`` cuts it, one thread), computed
-once; then the ideal code length (the sum of ``-log2 p``, no coder, no header) under
+For each file: the integer step's logits of every position (the shipped model or
+``--model``; the file cut into streams as ``sharnn compress`` cuts it and walked as it walks
+it, one thread), computed once; then the ideal code length (the sum of ``-log2 p``, no coder, no header) under
 
 - ``model alone``: the integer step's distribution (``--no-adapt``);
 - ``one mixer, model start``: context models and one mixer (weight sets by the contexts
@@ -31,9 +31,9 @@ import torch
 from common import missing_extra, print_table, write_json
 from compressors import CANTERBURY, WIKITEXT, read_file
 from sharnn.coding import mixing
-from sharnn.coding.codec import START_BYTE, default_streams, stream_lengths
-from sharnn.models import exact
-from sharnn.models.integer_step import IntegerStep
+from sharnn.coding.arithmetic import IntegerPredictor, MixedPredictor, Predictor, walk
+from sharnn.coding.codec import default_streams, stream_lengths
+from sharnn.models.inference import inference_step
 from sharnn.models.shipped import DEFAULT_MODEL
 from sharnn.training.checkpoint import load_model
 
@@ -42,6 +42,7 @@ try:
 except ModuleNotFoundError as e:  # not a dependency of sharnn itself: the extra "bench" installs it
     missing_extra(e, __name__)
 
+CPU = torch.device("cpu")
 FILES = ("enwik8-head-test", "wikitext2-test", *CANTERBURY)
 UNIT = mixing.WEIGHT_UNIT
 VARIANTS = {  # name: the module constants it changes
@@ -51,48 +52,61 @@ VARIANTS = {  # name: the module constants it changes
 }
 
 
-def model_log_weights(model, data: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """The integer step's log-weights ``[rows, B, 256]`` (1/256 nat) over ``data`` cut into
-    ``sharnn compress``'s streams, and the grid of bytes ``[rows, B]`` they predict."""
+class Replay:
+    """A step that gives back logits recorded from another walk, one position per call."""
+
+    def __init__(self, logits: list[torch.Tensor], streams: int):
+        self.logits, self.streams, self.position = logits, streams, 0
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.position += 1
+        return self.logits[self.position - 1]
+
+
+def ideal_bits(predictor: Predictor, data: bytes) -> float:
+    """The sum of ``-log2 p`` of every byte of ``data`` under ``predictor``, walked as
+    ``sharnn compress`` walks it (:func:`sharnn.coding.arithmetic.walk`), no coder."""
     lengths = stream_lengths(len(data), default_streams(len(data)))
-    rows, starts = max(lengths), np.cumsum([0, *lengths])
-    grid = np.zeros((rows + 1, len(lengths)), dtype=np.int64)
-    grid[0] = START_BYTE
+    grid, starts, bits = np.zeros((max(lengths), len(lengths)), dtype=np.int64), np.cumsum([0, *lengths]), [0.0]
     for b, n in enumerate(lengths):
-        grid[1 : n + 1, b] = np.frombuffer(data[starts[b] : starts[b] + n], dtype=np.uint8)
-    step = IntegerStep(model, len(lengths), rows)
-    weights = np.stack([exact.log_weights(step(torch.from_numpy(grid[t]))).numpy() for t in range(rows)])
-    return weights, grid[1:], np.array(lengths)
+        grid[:n, b] = np.frombuffer(data[starts[b] : starts[b] + n], dtype=np.uint8)
+
+    def code(t: int, probs: np.ndarray) -> np.ndarray:
+        symbols = grid[t, : len(probs)]
+        bits[0] -= np.log2(probs[np.arange(len(probs)), symbols]).sum()
+        return symbols
+
+    walk(predictor, lengths, code)
+    return bits[0]
 
 
-def ideal_bits(weights: np.ndarray, grid: np.ndarray, lengths: np.ndarray, mixed: bool) -> float:
-    """The sum of ``-log2 p`` of every byte, under the model alone or the mixer."""
-    mixer, bits = mixing.AdaptiveMixer(len(lengths)) if mixed else None, 0.0
-    for t in range(len(grid)):
-        running = int((lengths > t).sum())
-        if mixer is None:
-            q = exact.exp_table().numpy()[-weights[t]]
-            probs = q / q.sum(1, keepdims=True)
-        else:
-            probs = mixer.mix(weights[t])
-        bits -= np.log2(probs[np.arange(running), grid[t, :running]]).sum()
-        if mixer is not None:
-            mixer.update(grid[t, :running])
-    return bits
+def model_alone(model, data: bytes) -> tuple[float, list[torch.Tensor], int]:
+    """The integer step alone (``--no-adapt``): its ideal bits, and its logits at every position."""
+    streams = default_streams(len(data))
+    recorded = []
+
+    class Recording(IntegerPredictor):
+        def logits(self, grid: np.ndarray, t: int) -> torch.Tensor:
+            recorded.append(super().logits(grid, t))
+            return recorded[-1]
+
+    rows = -(-len(data) // streams)
+    bits = ideal_bits(Recording(inference_step(model, streams, rows, "integer"), CPU), data)
+    return bits, recorded, streams
 
 
 def measure(name: str, model, limit: int | None) -> dict:
     data = read_file(name, WIKITEXT)[:limit]
     started = time.perf_counter()
-    weights, grid, lengths = model_log_weights(model, data)
-    row = {"file": name, "bytes": len(data), "streams": len(lengths), "model_seconds": time.perf_counter() - started}
-    row["model alone"] = ideal_bits(weights, grid, lengths, mixed=False) / len(data)
+    bits, logits, streams = model_alone(model, data)
+    row = {"file": name, "bytes": len(data), "streams": streams, "model_seconds": time.perf_counter() - started}
+    row["model alone"] = bits / len(data)
     for variant, constants in VARIANTS.items():
         with ExitStack() as stack:
             for constant, value in constants.items():
                 stack.enter_context(mock.patch.object(mixing, constant, value))
             started = time.perf_counter()
-            row[variant] = ideal_bits(weights, grid, lengths, mixed=True) / len(data)
+            row[variant] = ideal_bits(MixedPredictor(Replay(logits, streams), CPU), data) / len(data)
             row[f"{variant} seconds"] = time.perf_counter() - started
     row["PPMd"] = 8 * len(pyppmd.compress(data, variant="H", max_order=8, mem_size=16 << 20)) / len(data)
     return row

@@ -15,7 +15,7 @@ skips what is there, so a stopped run resumes (``--fresh`` starts again).
 
     python benchmarks/attention_span.py                          # the shipped model
     python benchmarks/attention_span.py --models wikipedia-2x512 runs/span-256 runs/span-1024 \\
-        --plot docs/attention-span.png --markdown docs/attention-span.md
+        --plot results/attention-span.png --markdown results/attention-span.md
 """
 
 from __future__ import annotations

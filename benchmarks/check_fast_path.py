@@ -78,11 +78,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import environment, parse_args_with_overrides, print_table, random_windows, read_metrics, write_json
+from common import environment, parse_args_with_overrides, print_table, random_windows, write_json
 from sharnn import SHARNN, load_config
 from sharnn.errors import ConfigError, TrainingDiverged
 from sharnn.models.sharnn import Attention
 from sharnn.runtime import Runtime, resolve_device
+from sharnn.training.metrics import read_records
 from sharnn.training.trainer import train
 
 # ----------------------------------------------------------------------------- thresholds
@@ -341,7 +342,7 @@ def train_run(config, run_dir: Path) -> tuple[list[float], float, float]:
         seconds = train(config, run_dir, quiet=True)["train_seconds"]
     except TrainingDiverged:
         seconds = math.nan
-    records = [r for r in read_metrics(run_dir) if r["split"] == "train"]
+    records = [r for r in read_records(run_dir) if r["split"] == "train"]
     losses = [r["bpc"] * math.log(2) for r in records] + ([math.nan] if math.isnan(seconds) else [])
     return losses, seconds, statistics.median(r["tokens_per_s"] for r in records) if records else math.nan
 

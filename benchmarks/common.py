@@ -1,14 +1,14 @@
 """What every benchmark script shares: how each execution path's :class:`sharnn.Runtime`
 is built, the machine's description, device timing, peak memory, a printed table and
-the JSON file. Run the scripts from the repository root, with the package installed or
-``PYTHONPATH=src``.
+the JSON file. What the package already does (building a model, atomic files, tables,
+metrics logs) is the package's own function, called here, not a copy. Run the scripts
+from the repository root, with the package installed or ``PYTHONPATH=src``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import gzip
 import json
 import platform
 import re
@@ -16,13 +16,15 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 import torch
 
-from sharnn import SHARNN, load_config
+from sharnn import load_config
+from sharnn.analysis_report import table_lines
 from sharnn.errors import ConfigError
+from sharnn.files import write_atomically
+from sharnn.models.build import LanguageModel, build_model as build_language_model
 from sharnn.runtime import Runtime, resolve_device
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -94,19 +96,9 @@ def peak_memory_gib(device: torch.device) -> float | None:
 
 
 def print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
-    """Print ``rows`` under ``columns`` = ``(key, header, format spec)``; missing values as '-'."""
-    cells = [[header for _, header, _ in columns]]
-    for row in rows:
-        line = []
-        for key, _, spec in columns:
-            value = row.get(key)
-            line.append("-" if value is None else format(value, spec) if spec else str(value))
-        cells.append(line)
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    for i, line in enumerate(cells):
-        print("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))))
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+    """Print ``rows`` under ``columns`` = ``(key, header, format spec)``; missing values as '-'
+    (:func:`sharnn.analysis_report.table_lines`, the table ``sharnn analyze`` prints)."""
+    print("\n".join(table_lines(rows, columns)))
 
 
 def print_targets(targets: list[dict], value_format: str) -> None:
@@ -135,26 +127,14 @@ def torch_settings() -> dict:
     }
 
 
-def enwik8_head() -> bytes:
-    """The whole bundled enwik8 head (the corpus ``enwik8-head`` before its split)."""
-    return gzip.decompress((resources.files("sharnn") / "corpora" / "enwik8-head.gz").read_bytes())
-
-
 def write_json(result: dict, default_name: str, path: str | None) -> Path:
-    """Write ``result`` to ``path`` or ``benchmarks/results/default_name``; print where."""
+    """Write ``result`` to ``path`` or ``benchmarks/results/default_name`` (atomically:
+    :func:`sharnn.files.write_atomically`); print where."""
     target = Path(path) if path else RESULTS / default_name
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(target)
+    write_atomically(target, json.dumps(result, indent=2) + "\n")
     print(f"wrote {target}")
     return target
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The records of a ``sharnn.training.trainer.train`` run's ``metrics.jsonl``, in order."""
-    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 # --- Shared by train_throughput.py and inference_throughput.py ---------------------------
@@ -174,13 +154,14 @@ def path_runtime(path: str, device: torch.device) -> Runtime:
     return Runtime.resolve(str(device), **PATHS[path])
 
 
-def build_model(config, runtime: Runtime) -> SHARNN:
-    """A ``TrainConfig``'s model, initialised from its seed and prepared by ``runtime``."""
+def build_model(config, runtime: Runtime) -> LanguageModel:
+    """A ``TrainConfig``'s model (:func:`sharnn.models.build.build_model`), initialised from
+    its seed and prepared by ``runtime``, as training builds it."""
     torch.manual_seed(config.seed)
-    return runtime.prepare(SHARNN(config.model))
+    return runtime.prepare(build_language_model(config.model))
 
 
-def start_measurement(config, path: str, device: torch.device) -> tuple[Runtime, SHARNN]:
+def start_measurement(config, path: str, device: torch.device) -> tuple[Runtime, LanguageModel]:
     """The start of every measurement of a model: the peak-memory counter reset, then the
     runtime of ``path`` and the config's model prepared by it."""
     reset_peak_memory(device)

@@ -72,7 +72,6 @@ import torch.nn.functional as F
 
 from common import (
     environment,
-    enwik8_head,
     judge,
     median,
     missing_extra,
@@ -87,7 +86,7 @@ from sharnn.coding.codec import compress, decompress
 from sharnn.coding.container import read_header
 from sharnn.coding.environment import BF16_PRODUCTS, cpu_features, environment as coding_environment, torch_threads
 from sharnn.coding.online import ONLINE_STREAMS, online_config, online_model
-from sharnn.data.corpus import bundled_wikitext2, load_corpus
+from sharnn.data.corpus import SPLITS, bundled_wikitext2, load_corpus
 from sharnn.errors import SharnnError
 from sharnn.generation import generate
 from sharnn.models.integer_step import IntegerStep
@@ -124,8 +123,9 @@ def read_file(name: str, wikitext: Path) -> bytes | None:
     """The bytes of one of :data:`FILES` (None, with a note, when the WikiText file is absent)."""
     if name == "enwik8-head-test":
         return load_corpus("enwik8-head").test.tobytes()
-    if name == "enwik8-head":
-        return enwik8_head()
+    if name == "enwik8-head":  # the whole head: its splits, in order
+        corpus = load_corpus("enwik8-head")
+        return b"".join(corpus.split(split).tobytes() for split in SPLITS)
     if name == "sharnn-docs":
         return b"".join(path.read_bytes() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     if name in CANTERBURY:

@@ -35,7 +35,8 @@ import torch.nn.functional as F
 
 from common import print_table, write_json
 from compressors import CANTERBURY, WIKITEXT, read_file
-from sharnn.coding.codec import probabilities, stream_lengths
+from sharnn.coding.arithmetic import probabilities
+from sharnn.coding.codec import stream_lengths
 from sharnn.models import exact, integer_step
 from sharnn.models.integer_step import IntegerStep
 from sharnn.models.shipped import DEFAULT_MODEL, shipped_folder

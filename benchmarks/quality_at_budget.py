@@ -47,10 +47,11 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS, environment, print_table, read_metrics, stop_reason, write_json
+from common import RESULTS, environment, print_table, stop_reason, write_json
 from sharnn import load_config
 from sharnn.errors import SharnnError, TrainingDiverged
 from sharnn.runtime import resolve_device
+from sharnn.training.metrics import read_records
 from sharnn.training.trainer import train
 
 # Set before the user's overrides, so that the budget is what stops a run.
@@ -78,7 +79,7 @@ def run_result(
     name: str, preset: str, settings: str, overrides: list[str], config, summary: dict, run_dir: Path
 ) -> dict:
     """One run's row and curve, from its summary and metrics.jsonl."""
-    records = read_metrics(run_dir)
+    records = read_records(run_dir)
     valid = [{"step": r["step"], "seconds": r["seconds"], "bpc": r["bpc"]} for r in records if r["split"] == "valid"]
     rates = [r["tokens_per_s"] for r in records if r["split"] == "train" and "tokens_per_s" in r]
     return {

@@ -18,7 +18,7 @@ once in worker processes; with ``--no-adapt`` also ``sharnn --no-adapt``, the mo
 decoder must be told), every round trip checked (a mismatch exits with status 1).
 
     python benchmarks/shipped_model.py                  # the default shipped model
-    python benchmarks/shipped_model.py --model runs/wikipedia-2x512 --markdown docs/pretrained.md.table
+    python benchmarks/shipped_model.py --model runs/wikipedia-2x512 --markdown results/pretrained.table.md
     python benchmarks/shipped_model.py --files alice29 --limit 20000 --no-splits
 """
 

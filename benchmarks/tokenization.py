@@ -75,10 +75,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common import environment, print_table, read_metrics, stop_reason, write_json
+from common import environment, print_table, stop_reason, write_json
 from sharnn.config import config_changes, load_config
 from sharnn.errors import SharnnError
 from sharnn.runtime import resolve_device
+from sharnn.training.metrics import read_records
 
 DEFAULT_TOKENIZERS = "bytes,bpe:1000,bpe:8000,words"
 PRESETS = {"bytes": "wikitext2-bytes-tiny", "bpe": "wikitext2-bpe8k-tiny", "words": "wikitext2-words-tiny"}
@@ -211,7 +212,7 @@ def summarize_run(tokenizer: str, seed: int, run_dir: Path, meta: dict, analysis
     ``train_commands``: the command lines that started and resumed the run (its ``run``
     records), so that a reused run keeps them."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    records = read_metrics(run_dir)
+    records = read_records(run_dir)
     rates = [r["tokens_per_s"] for r in records if r.get("split") == "train" and "tokens_per_s" in r]
     tests = [r for r in records if r.get("split") == "test"]
     test = tests[-1] if tests else {}

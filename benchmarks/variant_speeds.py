@@ -13,7 +13,7 @@ validations and checkpoints; after ``--warmup`` untimed rounds, ``--repeats`` ro
 ``--steps`` steps of every variant in turn, so that drift touches all alike. The figure is
 the median tokens/s (``bptt`` x ``train_streams`` a step), and its ratio to the baseline's.
 
-    python benchmarks/variant_speeds.py --grid benchmarks/ablations-span1024.yaml --json docs/span1024-speeds.json
+    python benchmarks/variant_speeds.py --grid benchmarks/ablations-span1024.yaml --json results/span1024-speeds.json
 
 Exit status 0; 2 for a bad grid or option.
 """

@@ -327,7 +327,7 @@ def test_a_grid_runs_to_the_end_reports_and_each_row_reproduces(tmp_path, capsys
     )
     no_attention = table[3].split(" | ")
     assert no_attention[0] == "| no-attention" and " ± " in no_attention[2] and no_attention[3].startswith(("+", "-"))
-    published = json.loads(result.read_text())  # --json: what docs/ablations.json holds, without local folders
+    published = json.loads(result.read_text())  # --json: what results/ablations.json holds, without local folders
     assert published["runs"] == [{k: v for k, v in r.items() if k != "run_dir"} for r in rows]
     assert published["grid"] == "grid.yaml" and png.stat().st_size > 0
 

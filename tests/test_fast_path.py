@@ -430,7 +430,7 @@ def test_greedy_sampling_of_many_streams_equals_one_stream_at_a_time(fast):
 
 def test_under_bf16_autocast_the_sampled_tokens_run_through_the_bf16_inference_step():
     """The fast path generates through the bf16 Step from the prompt's state, not the
-    forward, which copies the whole memory at every token (docs/gpu-h200-2026-11-26)."""
+    forward, which copies the whole memory at every token (benchmarks/records/gpu-h200-2026-11-26)."""
     model = make_model().set_attn_implementation("sdpa", memory_dtype=torch.bfloat16).eval()
     prompts = torch.randint(0, 256, (12, 3), generator=torch.Generator().manual_seed(5))
     got = torch.stack(list(generate(model, prompts, 10, temperature=0, autocast_dtype=torch.bfloat16)))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import sharnn.coding.arithmetic as arithmetic
 import sharnn.coding.codec as codec
 import sharnn.coding.container as container
 from helpers import assert_ok, cli, shared_run
@@ -56,8 +57,8 @@ def largest_difference(model: SHARNN, tokens: torch.Tensor, step: Step, state=No
     with torch.no_grad():
         for row in tokens:
             logits, state = model(row.view(1, -1), state)
-            expected = codec.probabilities(logits[0])
-            worst = max(worst, float(np.abs(codec.probabilities(step(row)) - expected).max()))
+            expected = arithmetic.probabilities(logits[0])
+            worst = max(worst, float(np.abs(arithmetic.probabilities(step(row)) - expected).max()))
             peak = max(peak, float(expected.max()))
     return worst, peak
 
@@ -102,7 +103,7 @@ def test_bf16_probabilities_are_close_to_fp32s(variant):
     fp32, bf16 = Step(model, 3), Step(model, 3, precision="bf16")
     worst = excess = 0.0
     for row in random_tokens(160, 3, model.config.vocab_size):
-        p, q = codec.probabilities(fp32(row)), codec.probabilities(bf16(row))
+        p, q = arithmetic.probabilities(fp32(row)), arithmetic.probabilities(bf16(row))
         worst = max(worst, float(np.abs(p - q).max()))
         excess += float((p * np.log2(p / q)).sum(1).mean()) / 160
     assert 1e-5 < worst < 1e-2 and excess < 1e-3, (worst, excess)

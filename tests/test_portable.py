@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 import sharnn
 from helpers import SUBPROCESS_ENV, shared_run
-from sharnn.coding import codec
+from sharnn.coding import arithmetic, codec
 from sharnn.coding.container import read_header
 from sharnn.data.corpus import load_corpus
 from sharnn.errors import ConfigError
@@ -139,7 +139,7 @@ def test_the_integer_step_is_the_float_step_within_its_rounding(tmp_path_factory
     tokens = torch.full((streams,), 10)
     for t in range(rows):
         p_int = integer.probabilities(integer(tokens))
-        p_float = codec.probabilities(float_step(tokens))
+        p_float = arithmetic.probabilities(float_step(tokens))
         assert np.abs(p_int - p_float).max() < 0.01
         chosen = grid[t].numpy()
         bits["integer"] -= np.log2(p_int[np.arange(streams), chosen]).sum()

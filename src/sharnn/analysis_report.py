@@ -42,7 +42,7 @@ def _byte_tables(report: dict) -> list[str]:
     """The byte model's tables: by position, by frequency, the naive conversion."""
     totals = report["totals"]
     lines = ["bits by character position in the word (words: runs of non-whitespace characters)"]
-    lines += _table(
+    lines += table_lines(
         report["positions"],
         [
             ("position", "position", ""),
@@ -59,7 +59,7 @@ def _byte_tables(report: dict) -> list[str]:
         f"{_format(report['first_character_share'], '.1%')} of the bits"
     )
     lines += ["", "bits per word by the word's count in the train split"]
-    lines += _table(
+    lines += table_lines(
         report["frequency"],
         [
             ("frequency", "train count", ""),
@@ -75,7 +75,7 @@ def _byte_tables(report: dict) -> list[str]:
         f"word perplexity from bits per byte: 2^(BPC * Nc / Nw), BPC {totals['bits_per_byte']:.4f}, "
         f"Nw = {counts['words']:,} words + {counts['lines']:,} lines = {counts['words'] + counts['lines']:,}",
     ]
-    lines += _table(
+    lines += table_lines(
         report["conversion"],
         [
             ("nc", "Nc", ""),
@@ -95,7 +95,7 @@ def _byte_tables(report: dict) -> list[str]:
 def _piece_tables(report: dict) -> list[str]:
     """The wordpiece model's table: bits per word by number of pieces."""
     lines = ["bits per word by its number of pieces (a word starts at a piece beginning with a space)"]
-    lines += _table(
+    lines += table_lines(
         report["pieces"],
         [
             ("pieces", "pieces", ""),
@@ -109,9 +109,10 @@ def _piece_tables(report: dict) -> list[str]:
     return lines
 
 
-def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> list[str]:
+def table_lines(rows: list[dict], columns: list[tuple[str, str, str]]) -> list[str]:
     """``rows`` under ``columns`` = ``(key, header, format spec)``, missing values as '-',
-    the first column left-aligned (as benchmarks/common.py prints)."""
+    the first column left-aligned, a rule under the headers (the benchmarks print theirs
+    with it too)."""
     cells = [[header for _, header, _ in columns]]
     for row in rows:
         cells.append([_format(row.get(key), spec) for key, _, spec in columns])

@@ -21,12 +21,20 @@ all at once and says in one line on standard error when it compiles.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numba
+
+# numba's OpenMP threading layer shares OpenMP with torch: launching it resets torch's
+# thread count (torch.set_num_threads(1), then a parallel kernel's first call: torch
+# reports 2), which a float file records and decodes with. Its own work queue shares
+# nothing; NUMBA_THREADING_LAYER still overrides.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
 
 KERNELS: list = []  # every kernel, for ensure_compiled and the rules' test
 PARALLEL_KERNELS: list = []  # the kernels compiled with parallel=True
@@ -74,7 +82,8 @@ def ensure_compiled(say: Callable[[str], None] | None = None) -> float:
         for signature in dispatcher.declared_signatures:
             dispatcher.compile(signature)
         if not told and sum(dispatcher.stats.cache_misses.values()) > misses:
-            say(f"sharnn: compiling its kernels for this CPU, once (a few seconds; cached in {cache_folder(dispatcher)})")
+            folder = cache_folder(dispatcher)
+            say(f"sharnn: compiling its kernels for this CPU, once (a few seconds; cached in {folder})")
             told = True
     _compiled = True
     return time.perf_counter() - start

@@ -8,7 +8,7 @@ SHA-RNN runs the sampled tokens through the inference step
 bf16 under bf16 autocast (the fast path). A Transformer, or a model under fp16 autocast,
 runs them through its forward, which copies the whole memory at every token: on an H200
 the fast path generated 3.5 times slower than eager that way
-(docs/gpu-h200-2026-11-26/README.md).
+(benchmarks/records/gpu-h200-2026-11-26/README.md).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from torch import Tensor
 
 from .data.corpus import Corpus
 from .errors import ConfigError
+from .models.inference import inference_step
 from .models.sharnn import SHARNN
-from .models.step import Step
 from .runtime import autocast
 
 
@@ -126,7 +126,9 @@ def _read_prompts(
     for start in range(0, prompts.shape[0], window):
         logits, state = forward(prompts[start : start + window], state)
     if isinstance(model, SHARNN) and autocast_dtype in STEP_PRECISION:  # the inference step, from the prompt's state
-        step = Step(model, prompts.shape[1], prompts.shape[0] + max_new_tokens, STEP_PRECISION[autocast_dtype])
+        step = inference_step(
+            model, prompts.shape[1], prompts.shape[0] + max_new_tokens, STEP_PRECISION[autocast_dtype]
+        )
         step.load_state(state)
         return logits[-1], step
 

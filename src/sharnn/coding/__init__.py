@@ -1,9 +1,12 @@
 """The coding wing: lossless compression driven by a model (docs/compression.md).
 
-- :mod:`.codec`: :func:`compress` and :func:`decompress`, the walk over positions both
-  directions share, and the range coder;
+- :mod:`.codec`: :func:`compress` and :func:`decompress`, and the range coder;
+- :mod:`.arithmetic`: how a file's probabilities are computed: its ``Arithmetic``, one
+  ``Predictor`` per arithmetic, and the walk over positions both directions share;
 - :mod:`.container`: the ``.shz`` file: magic, versions, header, framing, validation;
 - :mod:`.environment`: what the probabilities depend on (device, torch, CPU features,
   threads) and the settings coding runs under, restored after it;
+- :mod:`.mixing`: the adaptive stage, the model's distribution mixed with context models
+  that learn the file as it is coded;
 - :mod:`.online`: online mode, a model that learns from the bytes already coded.
 """

@@ -39,41 +39,35 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable
 from itertools import pairwise
 
 import constriction
 import numpy as np
 import torch
 
+from ..compiled import ensure_compiled
 from ..config import TrainConfig, load_config
 from ..errors import CheckpointError, ConfigError, DataError
-from ..models import exact
 from ..models.build import model_sha256
-from ..models.integer_step import INTEGER_STEP_VERSION, IntegerStep
 from ..models.sharnn import SHARNN
-from ..models.step import ReferenceStep, Step
 from ..progress import ProgressDisplay
-from .container import CODING_PRECISIONS, FORMAT_VERSION, STEP_VERSIONS, Header, pack, parse
+from .arithmetic import PROGRESS_EVERY, START_BYTE, Arithmetic, device_of, walk
+from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, pack, parse
 from .environment import (
     BF16_FEATURES,
     BF16_PRODUCTS,
     MAX_THREADS,
+    coding_threads,
     cpu_features,
     deterministic_kernels,
     environment,
-    torch_threads,
 )
-from .mixing import MIXING_VERSION, AdaptiveMixer
-from .online import ONLINE_STREAMS, OnlineLearner, online_model, online_settings
+from .online import ONLINE_STREAMS, online_model, online_settings
 
-START_BYTE = 10  # every stream starts after a newline
+__all__ = ["START_BYTE", "compress", "decompress", "default_streams", "stream_lengths"]
 
 
 _FAMILY = constriction.stream.model.Categorical(perfect=False)
-
-
-_PROGRESS_EVERY = 256  # positions between progress updates
 
 
 # Default streams in model mode: one per BYTES_PER_STREAM bytes of input, at most
@@ -122,10 +116,11 @@ def compress(
             mode, :func:`online_model` of ``online``, which this trains.
         streams: ``B``, the number of contiguous pieces coded side by side (None:
             :func:`default_streams`).
-        threads: torch's thread count while coding, recorded in the header and used
-            again by :func:`decompress`. One is the default: a position's products are
-            small, and a second thread rarely pays for itself and is several times
-            slower when anything else runs (docs/compression.md, "Streams and threads").
+        threads: torch's and the kernels' thread count while coding, recorded in the header
+            and used again by :func:`decompress` (another for a portable file). One is the
+            default: a position's products are small, and a second thread rarely pays for
+            itself and is several times slower when anything else runs (docs/compression.md,
+            "Streams and threads").
         online: online mode's settings (None: model mode).
         progress: shows the fraction coded and the bits per byte so far.
         precision: the step's arithmetic (None: :func:`default_precision`): ``"integer"``,
@@ -154,7 +149,7 @@ def compress(
         streams = default_streams(len(data), online is not None)
     if not 1 <= threads <= MAX_THREADS:
         raise ConfigError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
-    with torch_threads(threads):
+    with coding_threads(threads):
         header, payload = encode(
             data, model, streams=streams, online=online, progress=progress, precision=precision, adapt=adapt
         )
@@ -197,23 +192,24 @@ def encode(
     if adapt and precision != "integer":
         why = "online mode learns the model itself" if online is not None else f"not {precision}'s"
         raise ConfigError(f"--adapt mixes the integer step's distribution ({why}): leave it out")
-    mixing = MIXING_VERSION if adapt or (adapt is None and precision == "integer") else None
     _check_byte_model(model)
     _check_precision(model, precision, online is not None)
+    mixed = bool(adapt or (adapt is None and precision == "integer"))
+    arithmetic = Arithmetic.written(written_version(model), precision, mixed, online)
     lengths = stream_lengths(len(data), streams)
     grid = _to_grid(np.frombuffer(data, dtype=np.uint8), lengths)
-    fingerprint = model_sha256(model)
+    fingerprint = model_sha256(model)  # before online mode trains it
     encoder = constriction.stream.queue.RangeEncoder()
 
     def code(t: int, probs: np.ndarray) -> np.ndarray:
         symbols = grid[t, : len(probs)]
         encoder.encode(symbols.astype(np.int32), _FAMILY, probs)
-        if progress is not None and t % _PROGRESS_EVERY == 0:
+        if progress is not None and t % PROGRESS_EVERY == 0:
             progress.update(bpc=f"{encoder.num_bits() / max(t * len(lengths), 1):.4f}")
         return symbols
 
-    with deterministic_kernels(_device(model)):
-        _walk(model, lengths, code, online, progress, written_version(model), precision, mixing)
+    with deterministic_kernels(device_of(model)):
+        _walk(arithmetic, model, lengths, code, progress)
     payload = encoder.get_compressed().astype("<u4").tobytes()
     starts = np.cumsum([0, *lengths])
     header = Header(
@@ -224,12 +220,12 @@ def encode(
         stream_crc32=[zlib.crc32(data[a:b]) for a, b in pairwise(starts)],
         payload_bytes=len(payload),
         payload_crc32=zlib.crc32(payload),
-        environment=environment(_device(model), precision),
+        environment=environment(device_of(model), precision),
         online=None if online is None else online_settings(online),
         precision=precision,
-        portable=precision == "integer",
-        integer_step=INTEGER_STEP_VERSION if precision == "integer" else None,
-        mixing=mixing,
+        portable=arithmetic.portable,
+        integer_step=arithmetic.integer_step,
+        mixing=arithmetic.mixing,
     )
     return header, payload
 
@@ -257,8 +253,8 @@ def _check_precision(model: SHARNN, precision: str, online: bool) -> None:
                 "online mode trains in floating point, so its files are not portable: use precision fp32 (the default)"
             )
         return
-    if _device(model).type != "cpu":
-        raise ConfigError(f"precision bf16 runs on the CPU, not on {_device(model).type}: use fp32 there")
+    if device_of(model).type != "cpu":
+        raise ConfigError(f"precision bf16 runs on the CPU, not on {device_of(model).type}: use fp32 there")
     features = cpu_features()
     if not set(BF16_PRODUCTS) & set(features):
         raise ConfigError(
@@ -274,7 +270,7 @@ def written_version(model: SHARNN) -> int:
 
 
 def decompress(
-    blob: bytes,
+    blob: bytes | Compressed,
     model: SHARNN | None = None,
     *,
     name: str = "input",
@@ -284,12 +280,12 @@ def decompress(
     """Invert :func:`compress`.
 
     Args:
-        blob: a compressed file's bytes.
+        blob: a compressed file's bytes, or the file :func:`~sharnn.coding.container.parse` read.
         model: the model it was compressed with (model mode), on the device it used; None
             for an online file, whose model is rebuilt from its header.
-        name: the file's name, for messages.
-        progress: shows the fraction decoded.
-        threads: torch's thread count (None: the file's); another only for a portable file.
+        name, progress: the file's name, for messages; shows the fraction decoded.
+        threads: torch's and the kernels' thread count (None: the file's); another only for
+            a portable file.
 
     Returns:
         The original bytes, every stream's CRC32 checked (a stored file's payload, its
@@ -306,14 +302,21 @@ def decompress(
             :func:`cpu_features` (before anything is decoded); ``threads`` outside 1 to
             1024, or other than the file's for a file that is not portable.
     """
-    version, header, payload = parse(blob, name)
+    version, header, payload = blob if isinstance(blob, Compressed) else parse(blob, name)
     threads = decoding_threads(header, threads, name)
     if header.storage == "stored":  # the input itself, its CRC32 checked by read_header
         return payload
-    _check_arithmetic(header, name)
-    model, online = _decoding_model(header, model, name)
+    arithmetic = Arithmetic.of(version, header, name)
+    check_cpu_features(header, name)
+    model = _decoding_model(header, model, name)
     if not header.length:
         return b""
+    return _decode(arithmetic, model, header, payload, name, progress, threads)
+
+
+def _decode(arithmetic: Arithmetic, model: SHARNN, header: Header, payload: bytes, name: str, progress, threads: int):
+    """The bytes of a coded file's ``payload`` (:func:`decompress`'s arguments), every
+    stream's CRC32 checked; a payload that does not decode here raises :class:`DataError`."""
     decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
     lengths = stream_lengths(header.length, header.streams)
 
@@ -321,35 +324,16 @@ def decompress(
         return decoder.decode(_FAMILY, probs)
 
     try:
-        with torch_threads(threads), deterministic_kernels(_device(model)):
-            grid = _walk(model, lengths, code, online, progress, version, header.precision, header.mixing)
+        with coding_threads(threads), deterministic_kernels(device_of(model)):
+            grid = _walk(arithmetic, model, lengths, code, progress)
     except (ValueError, RuntimeError, AssertionError) as e:
         # constriction's "out of data" or AssertionError: probabilities that differ from the
         # encoder's (the payload's CRC32 passed, so the file is as it was written)
         failure = f" does not decode ({(str(e).strip().splitlines() or [type(e).__name__])[0]})"
-        raise _undecodable(header, name, _device(model), failure) from None
+        raise _undecodable(header, name, device_of(model), failure) from None
     except MemoryError:
-        raise DataError(
-            f"{name}: decoding its {header.length:,} bytes needs more memory than this machine has"
-        ) from None
-    return _check_streams(grid, lengths, header, name, _device(model))
-
-
-def _check_arithmetic(header: Header, name: str) -> None:
-    """Refuse, before any model is loaded, a file whose arithmetic this sharnn or this CPU
-    cannot repeat: an integer step of another version (:class:`DataError`), a bf16 file of
-    other CPU features (:func:`check_cpu_features`)."""
-    if header.integer_step is not None and header.integer_step != INTEGER_STEP_VERSION:
-        raise DataError(
-            f"{name} was coded by integer step version {header.integer_step}; this sharnn has version "
-            f"{INTEGER_STEP_VERSION}: decompress it with the sharnn that made it"
-        )
-    if header.mixing is not None and header.mixing != MIXING_VERSION:
-        raise DataError(
-            f"{name} was mixed by mixing version {header.mixing}; this sharnn has version {MIXING_VERSION}: "
-            "decompress it with the sharnn that made it"
-        )
-    check_cpu_features(header, name)
+        raise DataError(f"{name}: decoding {header.length:,} bytes needs more memory than this machine has") from None
+    return _check_streams(grid, lengths, header, name, device_of(model))
 
 
 def decoding_threads(header: Header, threads: int | None, name: str = "input") -> int:
@@ -372,10 +356,10 @@ def decoding_threads(header: Header, threads: int | None, name: str = "input") -
     return threads
 
 
-def _decoding_model(header: Header, model: SHARNN | None, name: str) -> tuple[SHARNN, TrainConfig | None]:
-    """The model that decodes a coded file and, in online mode, its settings: ``model`` in
-    model mode, the fixed-seed initialisation rebuilt from the header in online mode,
-    checked against the header's fingerprint.
+def _decoding_model(header: Header, model: SHARNN | None, name: str) -> SHARNN:
+    """The model that decodes a coded file: ``model`` in model mode, the fixed-seed
+    initialisation rebuilt from the header in online mode, checked against the header's
+    fingerprint.
 
     Raises:
         CheckpointError: a model-mode file without its model, or another model.
@@ -384,25 +368,22 @@ def _decoding_model(header: Header, model: SHARNN | None, name: str) -> tuple[SH
     if header.mode == "online":
         if model is not None:
             raise ConfigError(f"{name} was compressed in online mode: decompress it without a model")
-        online = load_config(header.online)
-        model = online_model(online).to(coding_device(header, name))
+        model = online_model(load_config(header.online)).to(coding_device(header, name))
     elif model is None:
         raise CheckpointError(
             f"{name} was compressed with a model (sha256 {header.model_sha256[:16]}...): give it with --model"
         )
-    else:
-        online = None
     fingerprint = model_sha256(model)
     if fingerprint != header.model_sha256:
         what = (
             "the fixed-seed online model differs on this machine"
-            if online
+            if header.mode == "online"
             else "this is not the model it was compressed with"
         )
         raise CheckpointError(
             f"{name}: {what} (sha256 {fingerprint[:16]}..., the file says {header.model_sha256[:16]}...)"
         )
-    return model, online
+    return model
 
 
 def check_cpu_features(header: Header, name: str = "input") -> None:
@@ -443,74 +424,14 @@ def coding_device(header: Header, name: str = "input") -> torch.device:
     return torch.device(header.environment["device"])
 
 
-@torch.no_grad()
-def _walk(
-    model: SHARNN,
-    lengths: list[int],
-    code: Callable[[int, np.ndarray], np.ndarray],
-    online: TrainConfig | None,
-    progress: ProgressDisplay | None,
-    version: int,
-    precision: str,
-    mixing: int | None = None,
-) -> np.ndarray:
-    """Walk the streams in lockstep, one position at a time, for both directions.
-
-    At position ``t`` the model reads the previous byte of every stream (``[B]``) and
-    ``code(t, probs)`` codes the bytes of the ``k`` streams still running (``probs``:
-    ``[k, 256]`` float64), returning them. The model computes each position as files of
-    format ``version`` were coded: by an inference step (:data:`STEP_VERSIONS`), the
-    integer step for precision ``"integer"``, else the float step in ``precision``; or by
-    the model's forward on ``[1, B]`` (:data:`FORWARD_VERSIONS`). In online
-    mode, every ``bptt`` positions the model takes one optimizer step on the window just
-    coded, and the step is prepared again from the new weights, before coding on. ``progress`` is given the
-    fraction of positions done. With ``mixing``, the integer step's distribution is mixed
-    with context models (:class:`AdaptiveMixer`), which learn every coded byte.
-
-    Returns:
-        ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
-    """
-    device = _device(model)
-    rows = max(lengths, default=0)
-    grid = np.zeros((rows + 1, len(lengths)), dtype=np.int64)  # row 0: the start byte; row t + 1: byte t
-    grid[0] = START_BYTE
-    learner = OnlineLearner(model, online, device) if online is not None else None
-    longer = lengths.count(rows)  # the streams one byte longer than the rest, which come first
+def _walk(arithmetic: Arithmetic, model: SHARNN, lengths: list[int], code, progress) -> np.ndarray:
+    """:func:`~sharnn.coding.arithmetic.walk` with ``arithmetic``'s predictor (none for an
+    empty file: no position to compute). Returns ``[max(lengths), B]`` uint8."""
+    if not lengths:
+        return np.zeros((0, 0), dtype=np.uint8)
+    ensure_compiled()
     model.eval()
-    if not rows:  # an empty file: no position to compute
-        return grid[1:].astype(np.uint8)
-    position, to_probabilities = _position_step(model, len(lengths), rows, version, precision)
-    mixer = None if mixing is None else AdaptiveMixer(len(lengths))
-    for t in range(rows):
-        if learner is not None and t > 0 and t % online.bptt == 0:
-            learner.learn(torch.from_numpy(grid[t - online.bptt : t + 1]).to(device))
-            position.refresh()
-        logits = position(torch.from_numpy(grid[t]).to(device))
-        probs = to_probabilities(logits) if mixer is None else mixer.mix(exact.log_weights(logits).cpu().numpy())
-        running = longer if t == rows - 1 else len(lengths)
-        grid[t + 1, :running] = code(t, probs[:running])
-        if mixer is not None:
-            mixer.update(grid[t + 1, :running])
-        if progress is not None and t % _PROGRESS_EVERY == 0:
-            progress.update(t / rows)
-    return grid[1:].astype(np.uint8)
-
-
-def _position_step(model: SHARNN, streams: int, rows: int, version: int, precision: str):
-    """The step that computes each position of a file of format ``version`` in
-    ``precision``, and the function that turns its logits into the coder's probabilities."""
-    if version not in STEP_VERSIONS:
-        return ReferenceStep(model), probabilities
-    if precision == "integer":
-        step = IntegerStep(model, streams, rows)
-        return step, step.probabilities
-    return Step(model, streams, rows, precision), probabilities
-
-
-def probabilities(logits: torch.Tensor) -> np.ndarray:
-    """Logits ``[B, V]`` -> float64 probabilities ``[B, V]`` for the coder: the same
-    deterministic computation on both sides."""
-    return torch.softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
+    return walk(arithmetic.predictor(model, len(lengths), max(lengths)), lengths, code, progress)
 
 
 def _to_grid(data: np.ndarray, lengths: list[int]) -> np.ndarray:
@@ -561,10 +482,6 @@ def _undecodable(header: Header, name: str, device: torch.device, failure: str) 
         f"{name}{failure}: {made}; files coded in {header.precision} with float probabilities decode only on "
         "the same kind of CPU, torch version and thread count; nothing was written"
     )
-
-
-def _device(model: SHARNN) -> torch.device:
-    return next(model.parameters()).device
 
 
 def _check_byte_model(model: SHARNN) -> None:

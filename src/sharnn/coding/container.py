@@ -12,6 +12,7 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..config import load_config
 from ..errors import ConfigError, DataError
@@ -168,7 +169,16 @@ def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
     return parse(blob, name)[1:]
 
 
-def parse(blob: bytes, name: str) -> tuple[int, Header, bytes]:
+class Compressed(NamedTuple):
+    """A compressed file read and checked by :func:`parse`: its format ``version``, its
+    ``header`` and its ``payload``."""
+
+    version: int
+    header: Header
+    payload: bytes
+
+
+def parse(blob: bytes, name: str) -> Compressed:
     """:func:`read_header`, with the file's format version first."""
     if blob and len(blob) < _PREFIX.size and MAGIC.startswith(blob[: len(MAGIC)]):
         raise DataError(f"{name} is truncated (its header is incomplete)")
@@ -195,7 +205,7 @@ def parse(blob: bytes, name: str) -> tuple[int, Header, bytes]:
         )
     if zlib.crc32(payload) != header.payload_crc32:
         raise DataError(f"{name} is corrupt: its payload fails its CRC32 check")
-    return version, header, payload
+    return Compressed(version, header, payload)
 
 
 def pack(header: Header, version: int = FORMAT_VERSION) -> bytes:

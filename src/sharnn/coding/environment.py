@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ..compiled import kernel_threads
+
 MAX_THREADS = 1024
 
 
@@ -66,6 +68,15 @@ def cpu_features() -> list[str]:
     if flags is None:
         return [torch.backends.cpu.get_cpu_capability()]
     return [feature for feature in BF16_FEATURES if feature in flags]
+
+
+@contextmanager
+def coding_threads(count: int):
+    """Run with ``count`` threads for torch's products and the compiled kernels
+    (:func:`sharnn.compiled.kernel_threads`); both previous counts are restored. A
+    portable file's bits do not depend on the count."""
+    with torch_threads(count), kernel_threads(count):
+        yield
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..coding.codec import coding_device, decoding_threads, decompress as decode
-from ..coding.container import MAX_FILE_BYTES, read_header
+from ..coding.container import MAX_FILE_BYTES, parse
 from ..errors import CheckpointError, ConfigError
 from ..files import output_destination, read_input, write_output
 from ..models.build import LanguageModel, model_sha256
@@ -61,7 +61,8 @@ def decompress_file(
     with nullcontext() if dest is None else output_destination(source, dest, force, ConfigError):
         blob = read_input(source, MAX_FILE_BYTES, "the most sharnn decompresses")
         like = input_stat(source)
-        header, _ = read_header(blob, str(source))
+        compressed = parse(blob, str(source))
+        header = compressed.header
         decoding_threads(header, threads, str(source))
         predictor = None  # a stored file is the input itself, an online file trains its own model
         if header.storage != "stored" and (model is not None or header.mode == "model"):
@@ -73,7 +74,7 @@ def decompress_file(
             )
         started = time.perf_counter()
         with CodingProgress("test" if dest is None else "decompress", enabled=not quiet) as progress:
-            data = decode(blob, predictor, name=str(source), progress=progress, threads=threads)
+            data = decode(compressed, predictor, name=str(source), progress=progress, threads=threads)
             progress.finish()
         if dest is not None:
             write_output(dest, data, like)

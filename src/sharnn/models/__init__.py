@@ -8,7 +8,9 @@
 - :mod:`.step`: one inference position, the reference and the fast step side by side;
 - :mod:`.integer_step`: the integer step, the same bits on every machine, built from
   :mod:`.exact`'s exactly specified arithmetic;
-- :mod:`.hub`: the Hugging Face Hub layout, one mixin for both architectures.
+- :mod:`.inference`: which of those steps computes a position, for generation and coding;
+- :mod:`.hub`: the Hugging Face Hub layout, one mixin for both architectures;
+- :mod:`.shipped`: the models shipped inside the package, and the default one.
 
 Nothing here imports from :mod:`sharnn.training`, :mod:`sharnn.coding`, the API or the
 command line (``tests/test_layers.py``).

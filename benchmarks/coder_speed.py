@@ -1,0 +1,285 @@
+"""The compressor's speed beside its baseline and its neighbours, in one run (docs/compression.md,
+"Measured: speed").
+
+For each file (the four Canterbury texts and a small one, the first 10,000 bytes of
+alice29), each compressor compresses and decompresses it; every round trip is checked, and
+the order of the compressors is rotated from repeat to repeat (interleaved, so a busy
+moment of the machine falls on each in turn). One thread everywhere.
+
+- ``sharnn``: this checkout's ``sharnn.coding.codec.compress`` / ``decompress`` with the
+  shipped model and no options (what ``sharnn compress FILE`` does), in a fresh process, the
+  model loaded and the kernels compiled before the clock starts;
+- ``sharnn BASELINE``: the same in the checkout ``--baseline DIR`` (a ``git worktree`` of
+  an earlier release, e.g. 0.4.0: ``git worktree add /tmp/sharnn-0.4.0 e547d1e``);
+- ``products``: the shipped model's matrix products alone, float32 through oneDNN, at the
+  streams ``sharnn`` uses, for as many positions as the file codes: the floor the coder
+  is measured against;
+- ``paq8px -8`` (``--paq8px PATH``: built from its source, never shipped), ``xz -9e``,
+  ``bzip2 -9``, ``zstd -19`` and ``PPMd`` (order 8, 16 MiB, ``pyppmd``).
+
+Start-up: the wall time of ``sharnn compress`` of a 1 KB file as a command, warm cache,
+for this checkout and the baseline.
+
+The run is resumable: every measurement is written to ``--json`` as it is made, and a
+second run with the same file skips what is there. ``--report`` prints the table of a file.
+
+    python benchmarks/coder_speed.py --baseline /tmp/sharnn-0.4.0 --paq8px ~/paq8px --json results/coder-speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import environment, median, missing_extra, print_table, write_json
+
+try:
+    import pyppmd
+    import zstandard
+except ModuleNotFoundError as e:  # not dependencies of sharnn itself: the extra "bench" installs them
+    missing_extra(e, __name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+CANTERBURY = ROOT / "benchmarks" / "data" / "canterbury"
+FILES = ("small", "alice29", "asyoulik", "lcet10", "plrabn12")
+SMALL_BYTES = 10_000
+
+# What a fresh process runs for ``sharnn`` and its baseline: load, compile, then time.
+DRIVER = r"""
+import json, sys, time, torch
+torch.set_num_threads(1)
+import sharnn
+from sharnn.coding import codec
+try:
+    from sharnn.compiled import ensure_compiled
+    compile_seconds = ensure_compiled()
+except ImportError:
+    compile_seconds = None
+model = sharnn.load().model
+data = open(sys.argv[1], "rb").read()
+start = time.perf_counter(); blob = codec.compress(data, model); middle = time.perf_counter()
+back = codec.decompress(blob, model); end = time.perf_counter()
+streams = codec.default_streams(len(data))
+print(json.dumps({"bytes": len(blob), "compress_s": middle - start, "decompress_s": end - middle,
+                  "exact": back == data, "streams": streams, "compile_s": compile_seconds}))
+"""
+
+PRODUCTS = r"""
+import json, sys, time, torch
+torch.set_num_threads(1)
+import sharnn
+model = sharnn.load().model
+streams, positions = int(sys.argv[1]), int(sys.argv[2])
+linear = torch.ops.mkldnn._linear_pointwise
+shapes = []
+for i, block in enumerate(model.blocks):
+    d = model.config.d_model
+    shapes.append((4 * d, d if i == 0 else 2 * d))  # block 0's input product is a table
+    if block.attention is not None:
+        shapes.append((d, d))
+    shapes.append((model.config.boom_dim, d))
+shapes.append((model.config.vocab_size, model.config.d_model))
+weights = [torch.randn(n, k) for n, k in shapes]
+inputs = [torch.randn(streams, k) for _, k in shapes]
+for w, x in zip(weights, inputs):
+    linear(x, w, None, "none", [], "")
+start = time.perf_counter()
+for _ in range(positions):
+    for w, x in zip(weights, inputs):
+        linear(x, w, None, "none", [], "")
+print(json.dumps({"seconds": time.perf_counter() - start}))
+"""
+
+
+def read(name: str) -> bytes:
+    if name == "small":
+        return (CANTERBURY / "alice29.txt").read_bytes()[:SMALL_BYTES]
+    return (CANTERBURY / f"{name}.txt").read_bytes()
+
+
+def python(source: Path, code: str, *args: str) -> dict:
+    """Run ``code`` in a fresh Python whose ``sharnn`` is ``source``'s: its last line's JSON."""
+    env = os.environ | {"PYTHONPATH": str(source / "src"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{source}: {done.stderr.strip().splitlines()[-1]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def sharnn(source: Path, path: Path) -> dict:
+    result = python(source, DRIVER, str(path))
+    if not result["exact"]:
+        raise SystemExit(f"{source}: {path.name} did not round-trip")
+    return result
+
+
+def timed(compress, decompress, data: bytes) -> dict:
+    start = time.perf_counter()
+    blob = compress(data)
+    middle = time.perf_counter()
+    if decompress(blob) != data:
+        raise SystemExit("a round trip failed")
+    return {"bytes": len(blob), "compress_s": middle - start, "decompress_s": time.perf_counter() - middle}
+
+
+def paq8px(binary: str, path: Path) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        packed, out = Path(folder) / "in.paq8px", Path(folder) / "out"
+        start = time.perf_counter()
+        subprocess.run([binary, "-8", str(path), str(packed)], check=True, capture_output=True)
+        middle = time.perf_counter()
+        subprocess.run([binary, "-d", str(packed), str(out)], check=True, capture_output=True)
+        end = time.perf_counter()
+        if out.read_bytes() != path.read_bytes():
+            raise SystemExit(f"paq8px: {path.name} did not round-trip")
+        return {"bytes": packed.stat().st_size, "compress_s": middle - start, "decompress_s": end - middle}
+
+
+def ppmd(data: bytes) -> dict:
+    """PPMd variant H, order 8, 16 MiB (``pyppmd``; its decoder is told the length)."""
+    return timed(
+        lambda raw: pyppmd.compress(raw, variant="H", max_order=8, mem_size=16 << 20),
+        lambda blob: pyppmd.Ppmd7Decoder(8, 16 << 20).decode(blob, len(data)),
+        data,
+    )
+
+
+def startup(source: Path) -> float:
+    """Wall seconds of ``sharnn compress`` of 1 KB as a command (the cache warm: run once first)."""
+    env = os.environ | {"PYTHONPATH": str(source / "src")}
+    with tempfile.TemporaryDirectory() as folder:
+        small = Path(folder) / "one.txt"
+        small.write_bytes(read("alice29")[:1000])
+        command = [sys.executable, "-m", "sharnn", "compress", str(small), str(Path(folder) / "one.shz"), "--force"]
+        subprocess.run(command, env=env, check=True, capture_output=True)
+        start = time.perf_counter()
+        subprocess.run(command, env=env, check=True, capture_output=True)
+        return time.perf_counter() - start
+
+
+def compressors(args) -> dict:
+    """Name -> ``measure(name_of_file, path) -> dict`` for every compressor of this run."""
+    table = {"sharnn": lambda name, path: sharnn(ROOT, path)}
+    if args.baseline:
+        table[f"sharnn {args.baseline_name}"] = lambda name, path: sharnn(Path(args.baseline), path)
+    if args.paq8px:
+        table["paq8px -8"] = lambda name, path: paq8px(args.paq8px, path)
+    table |= {
+        "xz -9e": lambda name, path: timed(
+            lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME), lzma.decompress, path.read_bytes()
+        ),
+        "bzip2 -9": lambda name, path: timed(lambda d: bz2.compress(d, 9), bz2.decompress, path.read_bytes()),
+        "zstd -19": lambda name, path: timed(
+            zstandard.ZstdCompressor(level=19).compress, zstandard.ZstdDecompressor().decompress, path.read_bytes()
+        ),
+        "PPMd": lambda name, path: ppmd(path.read_bytes()),
+    }
+    return table
+
+
+def products(streams: int, positions: int) -> float:
+    return python(ROOT, PRODUCTS, str(streams), str(positions))["seconds"]
+
+
+def run(args) -> dict:
+    result = json.loads(Path(args.json).read_text()) if Path(args.json).is_file() else {}
+    result.setdefault("environment", environment(__import__("torch").device("cpu")))
+    cells = result.setdefault("cells", [])
+    done = {(c["file"], c["compressor"], c["repeat"]) for c in cells}
+    table = compressors(args)
+    with tempfile.TemporaryDirectory() as folder:
+        for repeat in range(args.repeats):
+            for name in args.files:
+                path = Path(folder) / f"{name}.txt"
+                path.write_bytes(read(name))
+                order = list(table)[repeat % len(table) :] + list(table)[: repeat % len(table)]
+                for compressor in order:
+                    if (name, compressor, repeat) in done:
+                        continue
+                    print(f"repeat {repeat}: {name} {compressor} ...", file=sys.stderr, flush=True)
+                    cell = {"file": name, "compressor": compressor, "repeat": repeat, "original": path.stat().st_size}
+                    cell |= table[compressor](name, path)
+                    if compressor == "sharnn":  # the floor: the same positions at the same streams
+                        positions = -(-cell["original"] // cell["streams"])
+                        cell["products_s"] = products(cell["streams"], positions)
+                    cells.append(cell)
+                    write_json(result, "coder_speed.json", args.json)
+        if args.baseline and "startup" not in result:
+            result["startup"] = {
+                "sharnn": [startup(ROOT) for _ in range(3)],
+                args.baseline_name: [startup(Path(args.baseline)) for _ in range(3)],
+            }
+            write_json(result, "coder_speed.json", args.json)
+    return result
+
+
+def rows(result: dict) -> list[dict]:
+    """One row per file and compressor: medians over repeats, speeds in KB/s of original bytes."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for cell in result["cells"]:
+        groups.setdefault((cell["file"], cell["compressor"]), []).append(cell)
+    out = []
+    for (name, compressor), cells in groups.items():
+        original = cells[0]["original"]
+        row = {"file": name, "compressor": compressor, "original": original, "bytes": cells[0]["bytes"]}
+        row["bpc"] = 8 * row["bytes"] / original
+        for way in ("compress", "decompress"):
+            row[f"{way}_kb_s"] = original / 1000 / median([c[f"{way}_s"] for c in cells])
+        if "products_s" in cells[0]:
+            row["products_kb_s"] = original / 1000 / median([c["products_s"] for c in cells])
+        row["repeats"] = len(cells)
+        out.append(row)
+    for row in out:  # ratios to the baseline and to paq8px, file by file
+        others = {r["compressor"]: r for r in out if r["file"] == row["file"]}
+        for reference in (k for k in others if k.startswith("sharnn ") or k == "paq8px -8"):
+            key = "x_baseline" if reference.startswith("sharnn ") else "x_paq8px"
+            row[key] = min(row[f"{w}_kb_s"] / others[reference][f"{w}_kb_s"] for w in ("compress", "decompress"))
+    return out
+
+
+def report(result: dict) -> None:
+    print_table(
+        rows(result),
+        [
+            ("file", "file", ""),
+            ("compressor", "compressor", ""),
+            ("original", "bytes", ","),
+            ("bytes", "compressed", ","),
+            ("bpc", "bits/byte", ".3f"),
+            ("compress_kb_s", "compress KB/s", ".2f"),
+            ("decompress_kb_s", "decompress KB/s", ".2f"),
+            ("products_kb_s", "products KB/s", ".2f"),
+            ("x_baseline", "x baseline (slower way)", ".2f"),
+            ("x_paq8px", "x paq8px", ".2f"),
+        ],
+    )
+    if "startup" in result:
+        for name, seconds in result["startup"].items():
+            print(f"start-up, sharnn compress of 1 KB ({name}): median {median(seconds):.2f} s of {len(seconds)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", nargs="+", choices=FILES, default=list(FILES))
+    parser.add_argument("--baseline", default=None, help="a checkout of an earlier sharnn to measure beside")
+    parser.add_argument("--baseline-name", default="0.4.0", help="its name in the table [%(default)s]")
+    parser.add_argument("--paq8px", default=shutil.which("paq8px"), help="the paq8px binary [on PATH]")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--json", default="benchmarks/results/coder_speed.json", help="results file (resumed)")
+    parser.add_argument("--report", action="store_true", help="only print the table of --json")
+    args = parser.parse_args()
+    result = json.loads(Path(args.json).read_text()) if args.report else run(args)
+    report(result)
+
+
+if __name__ == "__main__":
+    main()

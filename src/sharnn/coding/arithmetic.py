@@ -1,0 +1,230 @@
+"""How a compressed file's probabilities are computed: its :class:`Arithmetic`, read from
+the header (or chosen by :func:`sharnn.coding.codec.compress`), and one :class:`Predictor`
+per arithmetic behind one :func:`walk` over the positions, the same for both directions
+(docs/compression.md, "How a file is coded").
+
+============  =====================================================  ===============================
+arithmetic    predictor                                              files
+============  =====================================================  ===============================
+``forward``   :class:`FloatPredictor` of the model's forward         versions 1, 2; a Transformer's
+``float``     :class:`FloatPredictor` of the float step, fp32/bf16   versions 3 to 5 in fp32, bf16
+``integer``   :class:`IntegerPredictor`: the integer step            versions 4, 5 (``--no-adapt``)
+``mixed``     :class:`MixedPredictor`: integer step, context models  version 5 (the default)
+``online``    :class:`OnlinePredictor`: forward or float, trained    online mode, every version
+============  =====================================================  ===============================
+
+A new format is one predictor and one row of :attr:`Arithmetic.kind`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..config import TrainConfig, load_config
+from ..errors import DataError
+from ..models import exact
+from ..models.build import LanguageModel
+from ..models.inference import inference_step
+from ..models.integer_step import INTEGER_STEP_VERSION
+from ..progress import ProgressDisplay
+from .container import FORWARD_VERSIONS, Header
+from .mixing import MIXING_VERSION, AdaptiveMixer
+from .online import OnlineLearner
+
+START_BYTE = 10  # every stream starts after a newline
+
+
+PROGRESS_EVERY = 256  # positions between progress updates
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """What decides a file's probabilities, besides the model's weights and the machine.
+
+    Attributes:
+        version: the file's format version.
+        precision: ``"integer"``, ``"fp32"`` or ``"bf16"``.
+        integer_step: the integer step's version (precision integer), else None.
+        mixing: the adaptive mixing's version (mixed files), else None.
+        online: online mode's settings, else None.
+    """
+
+    version: int
+    precision: str
+    integer_step: int | None = None
+    mixing: int | None = None
+    online: TrainConfig | None = None
+
+    @classmethod
+    def of(cls, version: int, header: Header, name: str = "input") -> Arithmetic:
+        """A coded file's arithmetic, from its ``header`` (format ``version``).
+
+        Raises:
+            DataError: an integer step or a mixing of another version than this sharnn's:
+                it cannot repeat that arithmetic.
+        """
+        if header.integer_step is not None and header.integer_step != INTEGER_STEP_VERSION:
+            raise DataError(
+                f"{name} was coded by integer step version {header.integer_step}; this sharnn has version "
+                f"{INTEGER_STEP_VERSION}: decompress it with the sharnn that made it"
+            )
+        if header.mixing is not None and header.mixing != MIXING_VERSION:
+            raise DataError(
+                f"{name} was mixed by mixing version {header.mixing}; this sharnn has version {MIXING_VERSION}: "
+                "decompress it with the sharnn that made it"
+            )
+        online = None if header.online is None else load_config(header.online)
+        return cls(version, header.precision, header.integer_step, header.mixing, online)
+
+    @classmethod
+    def written(cls, version: int, precision: str, mixed: bool, online: TrainConfig | None) -> Arithmetic:
+        """The arithmetic :func:`~sharnn.coding.codec.compress` writes (checked there)."""
+        integer = precision == "integer"
+        return cls(
+            version, precision, INTEGER_STEP_VERSION if integer else None, MIXING_VERSION if mixed else None, online
+        )
+
+    @property
+    def kind(self) -> str:
+        """The row of the module's table: ``forward``, ``float``, ``integer``, ``mixed`` or ``online``."""
+        if self.online is not None:
+            return "online"
+        if self.version in FORWARD_VERSIONS:
+            return "forward"
+        if self.precision == "integer":
+            return "mixed" if self.mixing is not None else "integer"
+        return "float"
+
+    @property
+    def portable(self) -> bool:
+        """Whether its files decode on every CPU kind and thread count (the integer step)."""
+        return self.precision == "integer"
+
+    def predictor(self, model: LanguageModel, streams: int, positions: int) -> Predictor:
+        """The predictor that computes ``streams`` streams of at most ``positions`` positions with ``model``."""
+        kind = self.kind
+        if kind == "online":
+            inner = dataclasses.replace(self, online=None).predictor(model, streams, positions)
+            return OnlinePredictor(inner, model, self.online)
+        step = {"forward": "forward", "float": self.precision}.get(kind, "integer")
+        predictor = {"forward": FloatPredictor, "float": FloatPredictor, "integer": IntegerPredictor}.get(
+            kind, MixedPredictor
+        )
+        return predictor(inference_step(model, streams, positions, step), device_of(model))
+
+
+class Predictor:
+    """The probabilities of every stream's next byte, one position at a time, from a step
+    (:func:`~sharnn.models.inference.inference_step`) on ``device``.
+
+    ``predict(grid, t)``: ``grid [rows + 1, B]`` int64 holds the start byte in row 0 and
+    the bytes coded so far (row ``t`` is the byte before position ``t``); returns
+    ``[B, 256]`` float64 probabilities of position ``t``. ``learn(coded [k])``: the bytes
+    just coded at ``t`` (``k <= B``: the last position codes the longest streams only).
+    """
+
+    def __init__(self, step, device: torch.device):
+        self.step, self.device = step, device
+
+    def logits(self, grid: np.ndarray, t: int) -> torch.Tensor:
+        """The step's logits ``[B, V]`` of position ``t``."""
+        return self.step(torch.from_numpy(grid[t]).to(self.device))
+
+    def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def learn(self, coded: np.ndarray) -> None:
+        """Nothing to learn: the model is fixed."""
+
+
+class FloatPredictor(Predictor):
+    """A float step (the model's forward, or the SHA-RNN's step in fp32 or bf16) and a
+    float64 softmax."""
+
+    def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
+        return probabilities(self.logits(grid, t))
+
+
+class IntegerPredictor(Predictor):
+    """The integer step and its exactly specified softmax: the same bits on every CPU."""
+
+    def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
+        return self.step.probabilities(self.logits(grid, t))
+
+
+class MixedPredictor(Predictor):
+    """The integer step's log-weights mixed with context models that learn the file
+    (:class:`~sharnn.coding.mixing.AdaptiveMixer`)."""
+
+    def __init__(self, step, device: torch.device):
+        super().__init__(step, device)
+        self.mixer = AdaptiveMixer(step.streams)
+
+    def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
+        return self.mixer.mix(exact.log_weights(self.logits(grid, t)).cpu().numpy())
+
+    def learn(self, coded: np.ndarray) -> None:
+        self.mixer.update(coded)
+
+
+class OnlinePredictor(Predictor):
+    """Online mode: ``inner`` (forward or float) predicts; every ``bptt`` positions the
+    model takes one optimizer step on the window just coded, and the step is prepared
+    again from the new weights."""
+
+    def __init__(self, inner: FloatPredictor, model: LanguageModel, config: TrainConfig):
+        super().__init__(inner.step, inner.device)
+        self.inner, self.config = inner, config
+        self.learner = OnlineLearner(model, config, self.device)
+
+    def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
+        bptt = self.config.bptt
+        if t > 0 and t % bptt == 0:
+            self.learner.learn(torch.from_numpy(grid[t - bptt : t + 1]).to(self.device))
+            self.step.refresh()
+        return self.inner.predict(grid, t)
+
+
+@torch.no_grad()
+def walk(
+    predictor: Predictor,
+    lengths: list[int],
+    code: Callable[[int, np.ndarray], np.ndarray],
+    progress: ProgressDisplay | None = None,
+) -> np.ndarray:
+    """Walk the streams of ``lengths`` bytes in lockstep, one position at a time, for both
+    directions: at position ``t``, ``code(t, probs)`` codes the bytes of the ``k`` streams
+    still running (``probs [k, 256]`` float64: encodes them, or decodes them) and returns
+    them ``[k]``; the predictor then learns them. ``progress`` is given the fraction done.
+
+    Returns:
+        ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
+    """
+    rows = max(lengths, default=0)
+    grid = np.zeros((rows + 1, len(lengths)), dtype=np.int64)  # row 0: the start byte; row t + 1: byte t
+    grid[0] = START_BYTE
+    longer = lengths.count(rows)  # the streams one byte longer than the rest, which come first
+    for t in range(rows):
+        probs = predictor.predict(grid, t)
+        running = longer if t == rows - 1 else len(lengths)
+        grid[t + 1, :running] = code(t, probs[:running])
+        predictor.learn(grid[t + 1, :running])
+        if progress is not None and t % PROGRESS_EVERY == 0:
+            progress.update(t / rows)
+    return grid[1:].astype(np.uint8)
+
+
+def probabilities(logits: torch.Tensor) -> np.ndarray:
+    """Logits ``[B, V]`` -> float64 probabilities ``[B, V]`` for the coder: the same
+    deterministic computation on both sides."""
+    return torch.softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
+
+
+def device_of(model: LanguageModel) -> torch.device:
+    """The device ``model``'s parameters are on."""
+    return next(model.parameters()).device

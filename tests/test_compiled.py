@@ -1,0 +1,88 @@
+"""The compiled core's rules (sharnn.compiled, docs/compression.md "The compiled core"), kept
+by reading every registered kernel: fastmath off, cached, declared signatures, no libm
+transcendental; parallel kernels giving the same bits on one and two threads; the first
+use on a machine saying in one line that it compiles; torch's thread count left as set."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import sharnn.coding.codec  # noqa: F401  (registers the coder's kernels)
+from sharnn import compiled
+from sharnn.coding.environment import coding_threads
+
+# Functions whose results differ between libm implementations (and numba calls libm for them).
+TRANSCENDENTALS = {
+    "exp", "expm1", "exp2", "log", "log2", "log10", "log1p", "pow", "power", "float_power",
+    "tanh", "sinh", "cosh", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "asin", "acos", "atan",
+    "atan2", "arctan2", "erf", "erfc", "gamma", "lgamma", "cbrt", "hypot",
+}  # fmt: skip
+
+
+def test_kernels_are_registered():
+    assert compiled.KERNELS, "importing the coder registers its kernels"
+
+
+@pytest.mark.parametrize("kernel", compiled.KERNELS, ids=lambda k: k.py_func.__qualname__)
+def test_every_kernel_keeps_the_rules(kernel):
+    options = kernel.targetoptions
+    assert not options.get("fastmath"), "fastmath reorders sums and fuses products: bits differ between CPUs"
+    assert kernel.stats.cache_path is not None, "cache=True: compiled once per CPU, then loaded"
+    assert kernel.declared_signatures, "a kernel declares its signatures (ensure_compiled compiles them)"
+    tree = ast.parse(textwrap.dedent(inspect.getsource(kernel.py_func)))
+    called = {
+        node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+    }
+    assert not called & TRANSCENDENTALS, f"libm differs between systems: use a table ({called & TRANSCENDENTALS})"
+    floats = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and not isinstance(node.right, ast.Constant)
+    ]
+    assert not floats, "x ** y with a variable exponent calls libm's pow"
+
+
+def test_the_rules_test_sees_what_it_forbids():
+    def bad(x):
+        return np.exp(x) + math_like.tanh(x)  # noqa: F821
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(bad)))
+    called = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    assert called & TRANSCENDENTALS == {"exp", "tanh"}
+
+
+def test_coding_threads_leave_torchs_count_as_set():
+    """numba's OpenMP layer would reset torch's thread count when its pool starts; a float
+    file records the count it was coded with, so the coding threads must be what they say."""
+    previous = torch.get_num_threads()
+    for count in (1, 2):
+        with coding_threads(count):
+            assert torch.get_num_threads() == count
+    assert torch.get_num_threads() == previous
+
+
+@pytest.mark.slow  # two processes that compile every kernel (a few seconds each)
+def test_the_first_use_says_it_compiles_and_the_second_loads_the_cache(tmp_path):
+    script = "import sharnn.coding.codec; from sharnn.compiled import ensure_compiled; ensure_compiled()"
+    env = os.environ | {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert first.stderr.count("compiling its kernels") == 1, first.stderr
+    assert str(tmp_path / "cache") in first.stderr
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert "compiling" not in second.stderr, second.stderr
+
+
+def test_a_kernel_without_signatures_is_refused():
+    with pytest.raises(ValueError, match="declares the signatures"):
+        compiled.kernel()(lambda x: x)
