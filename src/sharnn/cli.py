@@ -7,7 +7,8 @@ prints ``interrupted`` and exits with status 130, SIGTERM ``terminated`` and 143
 saves first and prints its resume command, with the same statuses).
 
 Each command parses its options, calls one function of the library (:mod:`sharnn.api`,
-reached through ``sharnn``'s names, which load on first use) and prints its result; the
+reached through ``sharnn``'s names, which load on first use, or its command's module in
+:mod:`sharnn.commands`, imported inside the command) and prints its result; the
 errors and signals become lines and exit statuses in :mod:`sharnn.console`, which also
 defines the options several commands share. torch loads only when a command runs, so
 that ``--help``, ``--version`` and usage errors answer at once.
@@ -54,10 +55,9 @@ def prepare():
 @console.force_out_option
 def prepare_enwik8_command(source, out, force):
     """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
-    from .data.prepare import ENWIK8_URL, prepare_enwik8
+    from .commands import prepare
 
-    folder = prepare_enwik8(source or ENWIK8_URL, out, force=force)
-    click.echo(f"prepared enwik8 in {folder}")
+    _echo_lines(prepare.enwik8(source, out, force))
 
 
 @prepare.command("wikitext-2")
@@ -74,17 +74,9 @@ def prepare_enwik8_command(source, out, force):
 def prepare_wikitext2_command(source, tokenizer, out, force):
     """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
     tokenize it (docs/tokenization.md)."""
-    from .data.corpus import SPLITS, load_corpus
-    from .data.prepare import prepare_wikitext2
+    from .commands import prepare
 
-    corpus = load_corpus(str(prepare_wikitext2(source, out, tokenizer, force=force)))
-    lengths = corpus.tokenizer.byte_lengths()
-    for name in SPLITS:
-        ids = corpus.split(name)
-        click.echo(
-            f"{name}: {len(ids):,} tokens, {int(lengths[ids].sum()):,} bytes, {corpus.words[name]:,} words + <eos>"
-        )
-    click.echo(f"prepared WikiText-2 with {corpus.tokenizer.name} ({corpus.tokenizer.vocab_size:,} token ids) in {out}")
+    _echo_lines(prepare.wikitext2(source, out, tokenizer, force))
 
 
 @prepare.command("corpus")
@@ -100,11 +92,9 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
 @console.force_out_option
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
     """Any file or folder of files (concatenated), split by position."""
-    from .data.prepare import prepare_corpus, prepared_report
+    from .commands import prepare
 
-    folder = prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer, force=force)
-    for line in prepared_report(folder):
-        click.echo(line)
+    _echo_lines(prepare.corpus(source, out, valid_fraction, test_fraction, tokenizer, force))
 
 
 @main.command()
@@ -268,7 +258,9 @@ def export(checkpoint, out, collapse, storage, force):
     """Write a run's best checkpoint (or the given checkpoint) as a folder to share in the
     Hugging Face Hub layout: config.json, model.safetensors, a model card README.md,
     train_config.yaml, training.json and bpc.png (docs/sharing.md)."""
-    click.echo(f"exported {checkpoint} to {sharnn.export.export(checkpoint, out, collapse, force, storage)}")
+    from .commands.export import export as export_checkpoint
+
+    click.echo(export_checkpoint(checkpoint, out, collapse, force, storage))
 
 
 @main.group()
@@ -301,10 +293,10 @@ def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, d
     2^(BPC * Nc / Nw) beside the exact word perplexity; for a wordpiece model, bits per
     word by number of pieces; for a words model, its totals. CHECKPOINT: a run folder (its
     best checkpoint), a checkpoint or an exported folder."""
+    from .commands.analyze import write_and_describe
+
     report, folder = sharnn.analyze_tokenization(checkpoint, split, streams, bptt, max_tokens, device, fast_path, out)
-    click.echo(sharnn.analysis_report.format_report(report))
-    for path in sharnn.analysis_report.write_report(report, folder):
-        click.echo(f"wrote {path}")
+    _echo_lines(write_and_describe(report, folder))
 
 
 @main.command()
@@ -316,3 +308,8 @@ def info(target, overrides):
     or save_pretrained folder, and for these folders their step, epoch and scores
     (without TARGET: the list of presets)."""
     click.echo(sharnn.info(target, overrides))
+
+
+def _echo_lines(lines) -> None:
+    for line in lines:
+        click.echo(line)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from .config import FAST_PATH
-from .config_check import shown
-from .errors import ConfigError
-from .runtime import resolve_device
+from ..config import FAST_PATH
+from ..config_check import shown
+from ..errors import ConfigError
+from ..runtime import resolve_device
 
 
 def check_count(name: str, value, minimum: int | None = 1, maximum: int | None = None, *, optional: bool = False):
