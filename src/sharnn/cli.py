@@ -129,9 +129,21 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 
     Under `torchrun --nproc_per_node=N -m sharnn train ...` it trains with N processes
     (DistributedDataParallel; docs/training.md, "Several GPUs or processes")."""
+    from .commands import train as training
+
     summary = sharnn.train_run(preset, config_file, out, resume, init_from, overrides, quiet=quiet)
-    if sharnn.training.distributed.is_main_process():
-        click.echo(sharnn.api.format_summary(summary))
+    if not sharnn.training.distributed.is_main_process():
+        return
+    config = training.run_config(summary)
+    sample = [] if quiet else training.training_sample(summary, config)
+    for header, text in sample:
+        click.echo(f"\n--- {header} ---", err=True)
+        click.echo(text)
+    if sample:
+        click.echo("---", err=True)
+    click.echo(training.format_summary(summary))
+    if note := training.budget_note(summary, config):
+        click.echo(note, err=True)
 
 
 @main.command("eval")

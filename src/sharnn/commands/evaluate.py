@@ -89,7 +89,7 @@ def evaluate_checkpoint(
             span (``set_attention_span`` of each; docs/ablations.md).
 
     Raises:
-        CheckpointError: as :func:`load`; a folder without training data and no ``file``.
+        CheckpointError: as :func:`load`; a file (give it as ``file``); a folder without training data and no ``file``.
         ConfigError: a window the attention span cannot take; bad device settings; an
             argument of the wrong type, ``streams``, ``bptt`` or ``attention_span`` < 1.
         DataError: a missing corpus or file, one too small for ``streams``, or a corpus
@@ -102,7 +102,7 @@ def evaluate_checkpoint(
     check_count("bptt", bptt, 1, optional=True)
     check_count("attention_span", attention_span, 1, optional=True)
     check_runtime(device, fast_path)
-    model, config, tokenizer = load(path)
+    model, config, tokenizer = load(_not_a_file(path, file))
     if config is None:  # a plain save_pretrained folder: no data recorded; the paper's protocol for a file
         if file is None:
             raise CheckpointError(f"{path} records no training data (no train_config.yaml): give --file FILE")
@@ -119,6 +119,14 @@ def evaluate_checkpoint(
             model, data, streams, window, dtype, progress=progress, tokenizer=tokenizer, count_words=count_words
         )
     return Evaluation(result, what, streams, window, tokenizer, attention_span)
+
+
+def _not_a_file(path: str | Path, file: str | Path | None) -> str | Path:
+    """``path``, refused when it is a file and no ``file`` is given: ``sharnn eval notes.txt``
+    means ``--file notes.txt`` (a checkpoint is a folder). Raises :class:`CheckpointError`."""
+    if file is None and Path(path).is_file():
+        raise CheckpointError(f"{path} is a file, not a checkpoint: to score it, give --file {path}")
+    return path
 
 
 def _scored(config: TrainConfig, model: LanguageModel, tokenizer: Tokenizer, file, split: str):

@@ -22,13 +22,25 @@ from .loading import load
 
 @dataclass(frozen=True)
 class Generation:
-    """Text being sampled by :func:`generate_text`: iterate over it for the bytes of each
-    new token as it is drawn; ``prompt``: the bytes it continues."""
+    """Text being sampled by :func:`generate_text`, each token drawn as it is iterated (once:
+    the three ways below share one stream). Iterate over it for the new text as it comes
+    (``str``, UTF-8 decoded across token boundaries, a character split between tokens
+    given once whole, invalid UTF-8 as U+FFFD); :meth:`token_bytes` for each token's bytes;
+    :meth:`text` for the prompt first. ``prompt``: the bytes it continues."""
 
     prompt: bytes
     pieces: Iterator[bytes]
 
-    def __iter__(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for piece in self.pieces:
+            if text := decoder.decode(piece):
+                yield text
+        if text := decoder.decode(b"", final=True):
+            yield text
+
+    def token_bytes(self) -> Iterator[bytes]:
+        """Each new token's bytes, as it is drawn (one byte per token for a byte model)."""
         return self.pieces
 
     def text(self) -> Iterator[str]:

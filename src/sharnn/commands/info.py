@@ -4,11 +4,12 @@ exported folder, a shipped model or a compressed file.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import torch
 
-from ..config import load_config, preset_names, to_yaml
+from ..config import TrainConfig, load_config, preset_names, to_yaml
 from ..config_check import shown
 from ..errors import CheckpointError, ConfigError
 from ..models.build import LanguageModel, build_model
@@ -48,7 +49,7 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
     if is_pretrained(path):
         text, model_config, scores = describe(path)
     else:
-        config = load_config(str(target), overrides)  # a preset, a YAML file, or a run/checkpoint folder's config.yaml
+        config = _config(target, overrides)  # a preset, a YAML file, or a run/checkpoint folder's config.yaml
         text, model_config = to_yaml(config), config.model
         if path.is_dir():
             scores = _checkpoint_scores(path)
@@ -60,6 +61,22 @@ def info(target: str | Path | None = None, overrides: list[str] | tuple[str, ...
         f"parameters: {total:,} trainable ({total / 1e6:.2f}M), {collapsed:,} collapsed ({collapsed / 1e6:.2f}M)"
     )
     return "\n".join(lines + [scores] * bool(scores))
+
+
+def _config(target: str | Path, overrides) -> TrainConfig:
+    """:func:`load_config` of ``target``, whose refusal of a name it does not know names the
+    shipped models too, and the closest name of all."""
+    try:
+        return load_config(str(target), overrides)
+    except ConfigError as e:
+        if Path(target).exists() or not str(e).startswith("unknown preset"):
+            raise
+        names = preset_names() + shipped_names()
+        close = difflib.get_close_matches(str(target), names, n=1, cutoff=0.5) or [
+            name for name in names if name.startswith(str(target))
+        ]
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(f"{e}; shipped models: {', '.join(shipped_names()) or 'none'}{hint}") from None
 
 
 def _meta_model(config) -> LanguageModel:

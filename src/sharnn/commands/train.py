@@ -1,5 +1,7 @@
-"""``sharnn train``: :func:`train_run` trains or resumes a run, and :func:`format_summary`
-is the line the command prints for its summary.
+"""``sharnn train``: :func:`train_run` trains or resumes a run, :func:`format_summary` is
+the line the command prints for its summary, :func:`budget_note` what it adds when a
+limit the user did not expect ended the run, and :func:`training_sample` the sample it
+prints at the end (``sample_bytes``).
 """
 
 from __future__ import annotations
@@ -9,11 +11,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from ..config import load_config
+from ..config import TrainConfig, load_config
+from ..data.corpus import load_corpus
 from ..errors import ConfigError
-from ..runtime import resolve_device
+from ..generation import training_sample as sample_of
+from ..runtime import Runtime, resolve_device
 from ..training.checkpoint import read_config
 from .arguments import check_overrides, check_path
+from .loading import load
 
 
 def train_run(
@@ -36,7 +41,8 @@ def train_run(
         quiet: no progress bar or progress lines.
 
     Returns:
-        the run's summary (``summary.json``): valid and test BPC, steps, seconds, ``run_dir``.
+        the run's summary (``summary.json``): valid and test BPC, steps, seconds, ``run_dir``
+        (printed by the command, with :func:`budget_note` and :func:`training_sample`).
 
     Raises:
         ConfigError: neither or both of ``preset`` and ``config_file``; ``resume`` with
@@ -93,3 +99,38 @@ def format_summary(summary: dict) -> str:
         + f", {summary['steps']} steps in {summary['train_seconds']:.0f} s; "
         f"run folder {summary['run_dir']}"
     )
+
+
+def budget_note(summary: dict, config: TrainConfig) -> str | None:
+    """A note for a run that ended before the ``max_steps`` it was given, because another
+    limit (``epochs``, ``max_seconds``) came first: None when ``max_steps`` is 0 or was reached."""
+    steps = summary["steps"]
+    if not config.max_steps or steps >= config.max_steps:
+        return None
+    if summary["epochs"] >= config.epochs:
+        ended, more = f"epochs={config.epochs:g}", "epochs"
+    elif config.max_seconds and summary["train_seconds"] >= config.max_seconds:
+        ended, more = f"max_seconds={config.max_seconds:g}", "max_seconds"
+    else:
+        return None
+    return (
+        f"note: {ended} ended the run at step {steps:,}, before max_steps={config.max_steps:,}: "
+        f"raise {more} to train longer"
+    )
+
+
+def run_config(summary: dict) -> TrainConfig:
+    """The configuration of the run a summary describes (its ``config.yaml``)."""
+    return load_config(str(summary["run_dir"]))
+
+
+def training_sample(summary: dict, config: TrainConfig) -> list[tuple[str, str]]:
+    """What ``sharnn train`` prints at its end, ``(header, text)`` pairs: the first 256
+    tokens of the test split and ``sample_bytes`` generated from them by the run's best
+    checkpoint (:func:`sharnn.generation.training_sample`); none when ``sample_bytes`` is 0."""
+    if not config.sample_bytes:
+        return []
+    model, _, _ = load(summary["run_dir"])
+    runtime = Runtime.resolve(config.device, config.precision, config.fast_path)
+    corpus = load_corpus(config.data, config.valid_fraction, config.test_fraction)
+    return sample_of(runtime.prepare(model), corpus, config.sample_bytes, config.seed, runtime.autocast_dtype)
