@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyppmd
 import pytest
 import torch
@@ -260,3 +261,29 @@ def test_adaptive_mixing_benchmark_gives_every_variant_and_ppmd(tmp_path):
     variants = ["one mixer, model start", "two mixers, model start", "default"]
     assert all(0 < row[v] < row["model alone"] for v in variants)  # an untrained model: the counts help at once
     assert "| alice29 | 800 |" in table.read_text()
+
+
+def test_mixing_speed_benchmark_times_the_kernels_and_numpy_alike(tmp_path):
+    out = tmp_path / "mixing.json"
+    script = ROOT / "benchmarks" / "mixing_speed.py"
+    command = [sys.executable, script, "--streams", "1", "3", "--positions", "40", "--repeats", "1", "--json", out]
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["streams"], row["positions"]) for row in rows] == [(1, 40), (3, 40)]
+    for row, run in [(row, run) for row in rows for run in ("first", "again")]:
+        assert row[f"speedup_{run}"] == pytest.approx(row[f"numpy_{run}_us"] / row[f"kernels_{run}_us"])
+    assert "kernels again" in done.stdout
+
+
+def test_mixing_speed_benchmark_refuses_kernels_of_other_bits(monkeypatch, capsys):
+    import mixing_speed
+
+    class Rounded(mixing_speed.mixing.AdaptiveMixer):
+        def mix(self, model_log_weights):
+            return super().mix(model_log_weights).astype(np.float32).astype(np.float64)
+
+    monkeypatch.setitem(mixing_speed.IMPLEMENTATIONS, "kernels", Rounded)
+    with pytest.raises(SystemExit) as stopped:
+        mixing_speed.measure(streams=2, rows=5, repeats=1)
+    assert stopped.value.code == 1 and "differ" in capsys.readouterr().err

@@ -19,21 +19,29 @@ word being written. Mixer 1's weight set is the number of the byte contexts seen
 before, mixer 2's the previous byte (:data:`SELECTORS`). Each update is a gradient step
 on the mixer's own code length, ``-ln p_m(x)``.
 
-Every number is an integer (numpy int64), so the same file gives the same probabilities on
+Every number is an integer (int64), so the same file gives the same probabilities on
 every machine (as the integer step's): the logarithms in units of 2**-10 nat from a table
 of ``ln(1 + j/4096)`` computed with :mod:`decimal`, the weights in units of 2**-16, the
 probabilities from :func:`sharnn.models.exact.exp_weights`'s table. The ``B`` streams of a
 file share the counts and the weights; all streams are predicted from the state before a
 position, then all update it (:meth:`ContextTables.add` says how when they meet in a row).
+
+The work of a position runs in numba kernels (:mod:`sharnn.compiled`): :func:`_mix` and
+:func:`_update`, about 10 µs per stream, on numpy arrays that hold the state. Their
+specification is the numpy code they replaced, kept in ``tests/spec_mixing.py``; they give
+its bits exactly (``tests/test_mixing.py``): the same probabilities, counts and weights.
 """
 
 from __future__ import annotations
 
 import decimal
+import math
+import mmap
 from functools import cache
 
 import numpy as np
 
+from ..compiled import kernel
 from ..models import exact
 
 MIXING_VERSION = 1  # what a file records; a change to any number below makes a new version
@@ -52,6 +60,10 @@ MANTISSA_BITS = 12
 
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing
 _TAG_MASK = np.uint64(0xFFFFFFFF)
+_WORD_SALT = np.uint64(0xA5A5A5A5)
+_ROW_SHIFT = np.uint64(64 - TABLE_BITS)
+_LONGEST = max(ORDERS)
+_MODEL_OF_ORDER = np.array([ORDERS.index(k) if k in ORDERS else -1 for k in range(_LONGEST + 1)], dtype=np.int64)
 
 
 @cache
@@ -80,12 +92,6 @@ def _exp_table() -> np.ndarray:
     return exact.exp_table().numpy().astype(np.int64)
 
 
-def _weights(logits: np.ndarray) -> np.ndarray:
-    """Integer weights ``EXP_ONE exp(-gap)`` of logits ``[B, V]`` in 2**-26 nat, the gaps rounded down to 1/256 nat."""
-    gaps = (logits.max(1, keepdims=True) - logits) >> 18
-    return _exp_table()[np.minimum(gaps, exact.EXP_ENTRIES - 1)]
-
-
 def fixed_log(values: np.ndarray) -> np.ndarray:
     """``ln(values)`` in units of 2**-10 nat (int64) for integers ``values`` in [1, 2**52]:
     ``e ln 2 + ln(m)`` with ``m``'s first 12 bits after the point (within 2.5e-4 nat)."""
@@ -107,6 +113,231 @@ def _total_logs() -> np.ndarray:
     return fixed_log(64 * np.arange(COUNT_LIMIT + 1, dtype=np.int64) + 256)
 
 
+# The kernels (sharnn.compiled's rules: integers, no libm, one thread). Shapes: M context
+# models, B streams, I = 1 + 2 M inputs, 256 bytes; a row index counts all models' rows.
+# Their arguments, in numba's notation (``::1``: a contiguous axis), grouped in tuples:
+_TABLES = "Tuple((uint64[::1], int32[::1], uint16[:, ::1], int64[::1]))"  # ContextTables.arrays
+_PLACES = "Tuple((int64[:, ::1], uint64[:, ::1]))"  # a position's rows and tags [M, B]
+_STREAM = "Tuple((int64[::1], int64[:, ::1], int64[:, ::1], int64[::1]))"  # a stream's base, symbols, deltas, present
+_INPUTS = "Tuple((int64[:, ::1], int64[:, :, ::1], int64[:, :, ::1], int64[:, ::1]))"  # the same of every stream
+_MIXERS = "Tuple((int64[:, ::1], int64[::1], int64[:, ::1], int64[:, :, ::1]))"  # weights, offsets, chosen, q
+_LOGS = "UniTuple(int64[::1], 3)"  # the tables of count logs, total logs, exp weights
+
+
+@kernel("void(uint64[:, ::1], uint64[::1], uint64[:, ::1])")
+def _hash_contexts(history, word, hashes):
+    """The 64-bit hash ``hashes [M, B]`` of every stream's contexts: of its last ``k``
+    bytes (``history [B, 12]``, newest first, each byte + 1) for each ``k`` in
+    :data:`ORDERS`, then of its word (``word [B]``). Wraps around as uint64."""
+    for b in range(len(word)):
+        value = np.uint64(0)
+        for k in range(1, _LONGEST + 1):
+            value = (value ^ history[b, k - 1]) * _MULTIPLIER + np.uint64(k)
+            if _MODEL_OF_ORDER[k] >= 0:
+                hashes[_MODEL_OF_ORDER[k], b] = value
+        hashes[len(ORDERS), b] = (word[b] ^ _WORD_SALT) * _MULTIPLIER
+
+
+@kernel(f"void(uint64[:, ::1], {_PLACES})")
+def _place(hashes, places):
+    """Row and tag (never 0) ``places`` (``[M, B]`` each) of each hash ``[M, B]``, model
+    ``m``'s: its top :data:`TABLE_BITS` bits among model ``m``'s rows, its low 32 bits."""
+    rows, tags = places
+    for m in range(hashes.shape[0]):
+        for b in range(hashes.shape[1]):
+            rows[m, b] = np.int64(hashes[m, b] >> _ROW_SHIFT) + (m << TABLE_BITS)
+            tags[m, b] = (hashes[m, b] & _TAG_MASK) | np.uint64(1)
+
+
+@kernel(f"int64({_TABLES}, {_PLACES}, int64, {_LOGS}, {_STREAM})")
+def _count_inputs(tables, places, b, logs, inputs):
+    """Stream ``b``'s inputs from the counts, sparse (a row holds few bytes), into
+    ``inputs = (base [I], symbols [M, 256], deltas [I, 256], present [M])``: ``X_m`` and
+    ``X'_m`` (2**-10 nat) of a byte its context has not counted into ``base[1 + 2m]`` and
+    ``base[2 + 2m]``; the ``present[m]`` bytes it has counted into ``symbols[m]``, their
+    inputs minus the base into ``deltas[1 + 2m]`` and ``deltas[2 + 2m]``. A row another
+    context holds reads as zeros. Returns how many byte contexts (not the word) have counts."""
+    (table_tags, slots, pool, _), (rows, tags), (count_logs, total_logs, _) = tables, places, logs
+    base, symbols, deltas, present = inputs
+    seen = 0
+    for m in range(rows.shape[0]):
+        counts, total, found = pool[slots[rows[m, b]]], 0, 0  # slot 0, if never claimed: zeros
+        if table_tags[rows[m, b]] == tags[m, b]:
+            total = np.int64(counts.sum())
+            quads = counts.view(np.uint64)  # four counts at once: most are 0
+            for quad in range(64):
+                if quads[quad] != 0:
+                    for s in range(4 * quad, 4 * quad + 4):
+                        if counts[s] > 0:
+                            symbols[m, found] = s
+                            found += 1
+        total_log, confidence = total_logs[total], min(total, CONFIDENT)
+        unseen = count_logs[0] - total_log
+        base[1 + 2 * m], base[2 + 2 * m] = unseen, unseen * confidence // CONFIDENT  # floors, as numpy's //
+        for j in range(found):
+            x = count_logs[counts[symbols[m, j]]] - total_log
+            deltas[1 + 2 * m, j] = x - base[1 + 2 * m]
+            deltas[2 + 2 * m, j] = x * confidence // CONFIDENT - base[2 + 2 * m]
+        present[m] = found
+        if m < len(ORDERS) and total > 0:
+            seen += 1
+    return seen
+
+
+@kernel(f"void(int64[::1], int64[::1], {_STREAM}, int64[::1])")
+def _logits(w, model, inputs, logits):
+    """One mixer's ``logits [256] = sum_i w_i X_i`` (2**-26 nat) with weights ``w [I]``,
+    ``X_0 = model [256]`` and the rest as :func:`_count_inputs` leaves them in ``inputs``:
+    integers, so the sparse sum is the dense one exactly."""
+    base, symbols, deltas, present = inputs
+    constant = 0
+    for i in range(1, len(w)):
+        constant += w[i] * base[i]
+    for s in range(256):
+        logits[s] = w[0] * model[s] + constant
+    for m in range(len(present)):
+        for j in range(present[m]):
+            logits[symbols[m, j]] += w[1 + 2 * m] * deltas[1 + 2 * m, j] + w[2 + 2 * m] * deltas[2 + 2 * m, j]
+
+
+@kernel("void(int64[::1], int64[::1], int64[::1])")
+def _exp_weights(logits, exp, weights):
+    """``weights [256] = exp[min((max(logits) - logits) >> 18, len(exp) - 1)]``: the integer
+    weights of ``logits [256]`` (2**-26 nat), their gaps rounded down to 1/256 nat."""
+    top = logits.max()
+    for s in range(256):
+        weights[s] = exp[min((top - logits[s]) >> 18, len(exp) - 1)]
+
+
+@kernel(f"void({_TABLES}, {_PLACES}, uint64[:, ::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, {_LOGS}, float64[:, ::1])")
+def _mix(tables, places, history, model, inputs, mixers, logs, probs):
+    """One position's mixing of the ``B`` streams (:meth:`AdaptiveMixer.mix`) of
+    ``model [B, 256] = X_0``: each stream's ``inputs`` (:func:`_count_inputs`, each array
+    with a first axis of ``B``); in ``mixers = (weights, offsets, chosen, q)``, the weight
+    set each mixer ``m`` uses (``chosen [mixers, B]``: the contexts seen; the previous byte
+    + 1; its sets are ``weights``' rows from ``offsets[m]``) and its weights ``q [mixers,
+    B, 256]``; and ``probs [B, 256]``, the weights of the mixers' mean logit (floored) over
+    their sum."""
+    (weights, offsets, chosen, q), exp = mixers, logs[2]
+    logits, mean = np.zeros((len(offsets), 256), np.int64), np.zeros(256, np.int64)
+    for b in range(model.shape[0]):
+        stream = (inputs[0][b], inputs[1][b], inputs[2][b], inputs[3][b])
+        seen = _count_inputs(tables, places, b, logs, stream)
+        for m in range(len(offsets)):
+            chosen[m, b] = seen if m == 0 else np.int64(history[b, 0])
+            _logits(weights[offsets[m] + chosen[m, b]], model[b], stream, logits[m])
+            _exp_weights(logits[m], exp, q[m, b])
+        for s in range(256):  # floored; by two a shift, which LLVM makes of no division by a variable
+            mean[s] = (logits[0, s] + logits[1, s]) >> 1 if len(offsets) == 2 else logits[:, s].sum() // len(offsets)
+        _exp_weights(mean, exp, mean)
+        scale = 1.0 / mean.sum()
+        for s in range(256):
+            probs[b, s] = mean[s] * scale
+
+
+@kernel(f"void(int64[::1], int64[::1], int64[::1], {_STREAM}, int64)")
+def _learn(w, q, model, inputs, coded):
+    """One mixer's gradient step on its weights ``w [I]`` (the set it used) for one stream
+    that coded ``coded``: ``w_i += floor(25 (X_i(coded) N - sum_s q_s X_i(s)) / (256 N))``,
+    ``N`` the sum of its weights ``q [256]``, the inputs as in :func:`_logits`."""
+    base, symbols, deltas, present = inputs
+    total, expected = q.sum(), 0
+    for s in range(256):
+        expected += q[s] * model[s]
+    w[0] += (model[coded] * total - expected) * LEARNING_RATE[0] // (total * LEARNING_RATE[1])
+    for m in range(len(present)):
+        for i in (1 + 2 * m, 2 + 2 * m):
+            expected, value = base[i] * total, base[i]
+            for j in range(present[m]):
+                expected += q[symbols[m, j]] * deltas[i, j]
+                if symbols[m, j] == coded:
+                    value += deltas[i, j]
+            w[i] += (value * total - expected) * LEARNING_RATE[0] // (total * LEARNING_RATE[1])
+
+
+@kernel(f"void({_TABLES}, {_PLACES}, int64[::1])")
+def _count(tables, places, symbols):
+    """:meth:`ContextTables.add` of ``symbols [k]`` after the contexts at ``places`` (rows
+    and tags ``[M, >= k]``, the first ``k`` columns): per model, the claims (against the
+    tags before this position; the last one of a row wins), then per row counted, halving
+    when its total plus its adds passes :data:`COUNT_LIMIT`, then the adds."""
+    (table_tags, slots, pool, used), (rows, tags), k = tables, places, len(symbols)
+    claims = np.zeros(k, np.bool_)
+    for m in range(rows.shape[0]):
+        for b in range(k):
+            claims[b] = table_tags[rows[m, b]] != tags[m, b]
+        for b in range(k):  # in order: the last claim of a row is the one that stays
+            if claims[b]:
+                table_tags[rows[m, b]] = tags[m, b]
+                if slots[rows[m, b]] == 0:  # the row's first claim: the next slot, zeros
+                    used[0] += 1
+                    slots[rows[m, b]] = used[0]
+                pool[slots[rows[m, b]]] = 0
+        for b in range(k):
+            row = rows[m, b]
+            if table_tags[row] != tags[m, b]:
+                continue
+            counts = pool[slots[row]]
+            first, adds = True, 0
+            for other in range(k):
+                if rows[m, other] == row and table_tags[row] == tags[m, other]:
+                    first = first and other >= b
+                    adds += 1
+            if first and np.int64(counts.sum()) + adds > COUNT_LIMIT:
+                for s in range(256):
+                    counts[s] = (counts[s] + 1) >> 1
+            counts[symbols[b]] += 1
+
+
+@kernel("void(uint64[:, ::1], uint64[::1], int64[::1])")
+def _advance(history, word, coded):
+    """Shift each stream's byte into its ``history [B, 12]`` (as byte + 1) and ``word
+    [B]`` (the hash of its letters, lower case; 0 after a non-letter): ``coded [k]``
+    for the first ``k`` streams, 0 for the rest."""
+    for b in range(len(word)):
+        byte = coded[b] if b < len(coded) else 0
+        for j in range(history.shape[1] - 1, 0, -1):
+            history[b, j] = history[b, j - 1]
+        history[b, 0] = np.uint64(byte) + np.uint64(1)
+        letter = 65 <= byte <= 90 or 97 <= byte <= 122
+        word[b] = (word[b] + (np.uint64(byte) | np.uint64(32))) * _MULTIPLIER if letter else np.uint64(0)
+
+
+@kernel(f"boolean({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, int64[::1])")
+def _update(tables, places, history, word, model, inputs, mixers, coded):
+    """One position's learning (:meth:`AdaptiveMixer.update`) from the bytes ``coded [k]``
+    of the first ``k`` streams, from what :func:`_mix` left (the same arguments): every
+    mixer's step (:func:`_learn`; integers, the same sums in any order), the counts
+    (:func:`_count`), the histories (:func:`_advance`). Returns False, and changes
+    nothing, when ``coded`` holds more bytes than streams or a byte outside 0 .. 255."""
+    if len(coded) > len(word):
+        return False
+    for b in range(len(coded)):
+        if not 0 <= coded[b] <= 255:
+            return False
+    weights, offsets, chosen, q = mixers
+    for b in range(len(coded)):
+        stream = (inputs[0][b], inputs[1][b], inputs[2][b], inputs[3][b])
+        for m in range(len(offsets)):
+            _learn(weights[offsets[m] + chosen[m, b]], q[m, b], model[b], stream, coded[b])
+    _count(tables, places, coded)
+    _advance(history, word, coded)
+    return True
+
+
+def _small_page_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """Zeros of ``shape`` in fresh private memory, which Linux maps a small page at a time
+    as it is first touched. (numpy asks Linux for huge pages for its large arrays,
+    ``madvise(MADV_HUGEPAGE)``; a first write into one may then stall while the kernel
+    compacts memory: measured, 50 to 180 ms per position for the first positions of a
+    file, as the tables are first written a row here, a row there.) Elsewhere, numpy's."""
+    if not hasattr(mmap, "MADV_NOHUGEPAGE"):
+        return np.zeros(shape, dtype=dtype)
+    memory = mmap.mmap(-1, math.prod(shape) * np.dtype(dtype).itemsize, flags=mmap.MAP_PRIVATE)
+    memory.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(memory, dtype=dtype).reshape(shape)
+
+
 class ContextTables:
     """The context models: per model ``2**TABLE_BITS`` rows of 256 counts (uint16), each row
     with the tag of the context it holds. A context's row is found by its 64-bit hash; a
@@ -116,42 +347,60 @@ class ContextTables:
     than its own is claimed (cleared, its tag set) by the last stream that names it so;
     a row whose total would pass :data:`COUNT_LIMIT` with this position's counts is halved
     (rounding up); then each stream whose context holds its row counts its byte there.
+
+    The counts of the rows lie in a pool in the order the rows are first claimed (each
+    row's place: :attr:`slots`), so that the memory a file touches grows with the rows
+    it claims, 8 to a page of 4 KiB, not with their spread over the tables.
     """
 
     def __init__(self, models: int):
-        self.counts = np.zeros((models * 2**TABLE_BITS, 256), dtype=np.uint16)  # model m's rows from m * 2**16
-        self.tags = np.zeros(models * 2**TABLE_BITS, dtype=np.uint64)
+        rows = models * 2**TABLE_BITS  # model m's rows from m * 2**16
+        self.tags = _small_page_zeros((rows,), np.uint64)  # the context each row holds (0: none yet)
+        self.slots = _small_page_zeros((rows,), np.int32)  # where its counts lie in the pool (0: never claimed)
+        self.pool = _small_page_zeros((rows + 1, 256), np.uint16)  # a row of zeros, then the rows' counts
+        self.used = np.zeros(1, dtype=np.int64)  # the pool's rows in use after the first
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(tags, slots, pool, used)``, as the kernels take them."""
+        return self.tags, self.slots, self.pool, self.used
+
+    def row_counts(self, rows: np.ndarray) -> np.ndarray:
+        """The counts ``[..., 256]`` (uint16) in ``rows [...]``, whatever context holds each."""
+        return self.pool[self.slots[rows]]
 
     @staticmethod
     def place(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Row (among all models' rows) and tag (never 0, so that an empty row matches
         nothing) of each hash ``[M, B]``, model ``m``'s in row ``m``."""
-        offsets = (np.arange(len(hashes), dtype=np.int64) << TABLE_BITS)[:, None]
-        return (hashes >> np.uint64(64 - TABLE_BITS)).astype(np.int64) + offsets, (hashes & _TAG_MASK) | np.uint64(1)
+        hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
+        rows, tags = np.empty(hashes.shape, np.int64), np.empty(hashes.shape, np.uint64)
+        _place(hashes, (rows, tags))
+        return rows, tags
 
     def read(self, rows: np.ndarray, tags: np.ndarray) -> np.ndarray:
         """The counts ``[M, B, 256]`` (int64) of the contexts at ``rows`` with ``tags``
         ``[M, B]``; zeros where another context holds the row."""
-        counts = self.counts[rows].astype(np.int64)
+        counts = self.row_counts(rows).astype(np.int64)
         counts[self.tags[rows] != tags] = 0
         return counts
 
     def add(self, rows: np.ndarray, tags: np.ndarray, symbols: np.ndarray) -> None:
-        """Count ``symbols [k]`` after the contexts at ``rows`` with ``tags`` (``[M, k]``)."""
-        rows, tags = rows.ravel(), tags.ravel()
-        symbols = np.broadcast_to(symbols, (len(rows) // len(symbols), len(symbols))).ravel()
-        claims = np.flatnonzero(self.tags[rows] != tags)
-        if len(claims):  # the last claim of a row wins: np.unique of the reversed claims finds it
-            _, last = np.unique(rows[claims[::-1]], return_index=True)
-            winners = claims[::-1][last]
-            self.tags[rows[winners]] = tags[winners]
-            self.counts[rows[winners]] = 0
-        counted = self.tags[rows] == tags
-        rows, symbols = rows[counted], symbols[counted]
-        unique, adds = np.unique(rows, return_counts=True)
-        full = unique[self.counts[unique].sum(1, dtype=np.int64) + adds > COUNT_LIMIT]
-        self.counts[full] = (self.counts[full] + 1) >> 1
-        np.add.at(self.counts, (rows, symbols), 1)
+        """Count ``symbols [k]`` after the contexts at ``rows`` with ``tags`` (``[M, k]``).
+
+        Raises:
+            ValueError: shapes that do not match, a row outside the tables or a symbol
+                outside 0 .. 255.
+        """
+        rows, tags = np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(tags, np.uint64)
+        symbols = np.ascontiguousarray(symbols, np.int64)
+        if rows.ndim != 2 or tags.shape != rows.shape or symbols.shape != rows.shape[1:]:
+            raise ValueError(f"rows {rows.shape}, tags {tags.shape} and symbols {symbols.shape}: not [M, k] and [k]")
+        if rows.size and (rows.min() < 0 or rows.max() >= len(self.tags)):
+            raise ValueError(f"rows outside 0 .. {len(self.tags) - 1}")
+        if symbols.size and (symbols.min() < 0 or symbols.max() > 255):
+            raise ValueError("symbols outside 0 .. 255")
+        _count(self.arrays, (rows, tags), symbols)
 
 
 class AdaptiveMixer:
@@ -163,6 +412,10 @@ class AdaptiveMixer:
         mixer = AdaptiveMixer(streams=8)
         probs = mixer.mix(step.log_weights(logits))   # [B, 256] float64, sum 1
         mixer.update(coded)                            # coded [B] int: the bytes
+
+    The state is numpy arrays that the kernels change in place: :attr:`tables`,
+    :attr:`history` ``[B, 12]``, :attr:`word` ``[B]``, :attr:`weights` (one ``[sets, I]``
+    int64 view per mixer of one array); and what :meth:`mix` leaves for :meth:`update`.
     """
 
     def __init__(self, streams: int):
@@ -170,63 +423,54 @@ class AdaptiveMixer:
         self.tables = ContextTables(len(ORDERS) + 1)  # the orders, then the word
         self.history = np.zeros((streams, max(ORDERS)), dtype=np.uint64)  # the last bytes, newest first
         self.word = np.zeros(streams, dtype=np.uint64)  # the current word's hash (0: none)
-        inputs = 1 + 2 * (len(ORDERS) + 1)
-        self.weights = [np.zeros((sets, inputs), dtype=np.int64) for sets in SELECTORS]  # one mixer per selector
-        for weights in self.weights:
-            weights[:, 0] = MODEL_PRIOR
-            weights[:, 1::2] = COUNT_PRIOR
-        self._pending = None
-
-    def _contexts(self) -> tuple[np.ndarray, np.ndarray]:
-        """Row and tag ``[M, B]`` of every stream's context in every context model."""
-        hashes, value = [], np.zeros(self.streams, dtype=np.uint64)
-        for k in range(1, max(ORDERS) + 1):
-            value = (value ^ self.history[:, k - 1]) * _MULTIPLIER + np.uint64(k)
-            if k in ORDERS:
-                hashes.append(value)
-        hashes.append((self.word ^ np.uint64(0xA5A5A5A5)) * _MULTIPLIER)
-        return ContextTables.place(np.stack(hashes))
+        models, inputs, mixers = len(ORDERS) + 1, 1 + 2 * (len(ORDERS) + 1), len(SELECTORS)
+        self._weights = np.zeros((sum(SELECTORS), inputs), dtype=np.int64)  # every mixer's weight sets
+        self._weights[:, 0] = MODEL_PRIOR
+        self._weights[:, 1::2] = COUNT_PRIOR
+        self._offsets = np.cumsum([0, *SELECTORS[:-1]]).astype(np.int64)
+        self.weights = [self._weights[o : o + n] for o, n in zip(self._offsets, SELECTORS)]  # one mixer per selector
+        # What mix leaves for update: the contexts, the inputs (_count_inputs), each mixer's weight set and weights.
+        self._hashes = np.zeros((models, streams), dtype=np.uint64)
+        self._places = (np.zeros((models, streams), np.int64), np.zeros((models, streams), np.uint64))
+        self._model = np.zeros((streams, 256), dtype=np.int64)
+        shapes = [(streams, inputs), (streams, models, 256), (streams, inputs, 256), (streams, models)]
+        self._inputs = tuple(np.zeros(shape, dtype=np.int64) for shape in shapes)  # base, symbols, deltas, present
+        chosen, q = np.zeros((mixers, streams), np.int64), np.zeros((mixers, streams, 256), np.int64)
+        self._mixers = (self._weights, self._offsets, chosen, q)
+        self._logs = (_count_logs(), _total_logs(), _exp_table())
+        self._mixed = False
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         """``model_log_weights [B, 256]`` (integers, ``ln p_model`` up to a constant per row,
         in 1/256 nat: :func:`sharnn.models.exact.log_weights`) -> the mixed probabilities
-        ``[B, 256]`` float64."""
-        places = self._contexts()
-        counts = self.tables.read(*places)  # [M, B, 256]
-        total = counts.sum(2, keepdims=True)
-        x = _count_logs()[counts] - _total_logs()[total]  # X_k
-        confident = x * np.minimum(total, CONFIDENT) // CONFIDENT  # X'_k
-        model = model_log_weights.astype(np.int64)[None] * (LOG_UNIT // exact.EXP_RESOLUTION)
-        inputs = np.concatenate([model, np.stack([x, confident], 1).reshape(-1, *x.shape[1:])]).transpose(1, 0, 2)
-        seen = (total[: len(ORDERS), :, 0] > 0).sum(0)  # [B]: the byte contexts seen before
-        chosen = [seen, self.history[:, 0].astype(np.int64)]  # each mixer's weight set
-        logits = [np.einsum("bi,bis->bs", w[j], inputs) for w, j in zip(self.weights, chosen)]  # 2**-26 nat
-        q = [_weights(x) for x in logits]
-        final = _weights(sum(logits) // len(logits))  # the mixers' mean
-        self._pending = (places, inputs, chosen, q)
-        return final * (1.0 / final.sum(1, keepdims=True))
+        ``[B, 256]`` float64.
+
+        Raises:
+            ValueError: ``model_log_weights`` not of shape ``[B, 256]``.
+        """
+        if np.shape(model_log_weights) != self._model.shape:
+            raise ValueError(f"model log-weights of shape {np.shape(model_log_weights)}, not {self._model.shape}")
+        self._model[...] = model_log_weights  # as int64, then in 2**-10 nat
+        self._model *= LOG_UNIT // exact.EXP_RESOLUTION
+        _hash_contexts(self.history, self.word, self._hashes)
+        _place(self._hashes, self._places)
+        probs = np.empty((self.streams, 256), dtype=np.float64)
+        _mix(self.tables.arrays, self._places, self.history, self._model, self._inputs, self._mixers, self._logs, probs)
+        self._mixed = True
+        return probs
 
     def update(self, coded: np.ndarray) -> None:
-        """Learn from the bytes ``coded [B]`` just coded at the position :meth:`mix` predicted."""
-        places, inputs, chosen, qs = self._pending
-        coded = np.asarray(coded, dtype=np.int64)  # [k]: the last position codes the k longest streams only
-        k = len(coded)
-        steps = []
-        for q in qs:
-            total = q[:k].sum(1)  # [k]
-            expected = np.einsum("bs,bis->bi", q[:k], inputs[:k])  # [k, I]
-            gradient = inputs[np.arange(k), :, coded] * total[:, None] - expected
-            steps.append(gradient * LEARNING_RATE[0] // (total[:, None] * LEARNING_RATE[1]))
-        for weights, j, step in zip(self.weights, chosen, steps):
-            np.add.at(weights, j[:k], step)  # integers: the same sums in any order
-        self.tables.add(places[0][:, :k], places[1][:, :k], coded)
-        self._advance(np.pad(coded, (0, self.streams - k)))
+        """Learn from the bytes ``coded [B]`` just coded at the position :meth:`mix` predicted.
 
-    def _advance(self, coded: np.ndarray) -> None:
-        """Shift every stream's ``coded [B]`` byte into its history and its word."""
-        symbols = coded.astype(np.uint64)
-        self.history[:, 1:] = self.history[:, :-1].copy()
-        self.history[:, 0] = symbols + np.uint64(1)
-        letter = ((coded >= 65) & (coded <= 90)) | ((coded >= 97) & (coded <= 122))
-        lower = symbols | np.uint64(32)
-        self.word = np.where(letter, (self.word + lower) * _MULTIPLIER, np.uint64(0))
+        Raises:
+            RuntimeError: no :meth:`mix` since the last update.
+            ValueError: more bytes than streams, or a byte outside 0 .. 255.
+        """
+        coded = np.ascontiguousarray(coded, dtype=np.int64)  # [k]: the last position codes the k longest streams only
+        if not self._mixed:
+            raise RuntimeError("update() needs a mix() of the position first")
+        tables, places, state = self.tables.arrays, self._places, (self.history, self.word)
+        learnt = coded.ndim == 1 and _update(tables, places, *state, self._model, self._inputs, self._mixers, coded)
+        if not learnt:
+            raise ValueError(f"coded must be [k <= {self.streams}] bytes, not {coded!r}")
+        self._mixed = False
