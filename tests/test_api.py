@@ -52,11 +52,14 @@ def test_evaluate_checkpoint_refuses_before_any_work(run_dir, tmp_path):
 def test_generate_text_streams_what_generate_prints(run_dir):
     text = sharnn.generate_text(run_dir, "Hello", max_tokens=30, seed=3, device="cpu")
     assert text.prompt == b"Hello"
-    pieces = list(text)
+    pieces = list(text.token_bytes())
     assert len(pieces) == 30 and all(isinstance(p, bytes) and len(p) == 1 for p in pieces)  # one byte per token
     again = sharnn.generate_text(run_dir, b"Hello", max_tokens=30, seed=3, device="cpu")
     shown = "".join(again.text())
     assert shown == (b"Hello" + b"".join(pieces)).decode("utf-8", errors="replace")  # the same seed, the same bytes
+    looped = list(sharnn.generate_text(run_dir, "Hello", max_tokens=30, seed=3, device="cpu"))
+    assert all(isinstance(piece, str) and piece for piece in looped)  # text to print, never b'...'
+    assert "Hello" + "".join(looped) == shown
     result = cli("generate", run_dir, "--prompt", "Hello", "--max-bytes", 30, "--seed", 3, "--device", "cpu")
     assert_ok(result)
     assert result.stdout == shown + "\n"

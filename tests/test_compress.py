@@ -358,9 +358,9 @@ def test_cli_another_model_is_refused(tmp_path, packed, other_model_dir):
 def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
     source = tmp_path / "text.txt"
     before = packed.read_bytes()
-    assert_user_error(cli("compress", source, packed, "--model", run_dir), "exists; give --force")
+    assert_user_error(cli("compress", source, "-o", packed, "--model", run_dir), "exists; give --force")
     assert packed.read_bytes() == before
-    assert_user_error(cli("compress", source, source, "--model", run_dir, "--force"), "is the input file")
+    assert_user_error(cli("compress", source, "-o", source, "--model", run_dir, "--force"), "is the input file")
     assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "--online"), "not both")
     assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "lr=1"), "for --online only")
     assert_user_error(cli("compress", tmp_path / "missing", tmp_path / "x", "--model", run_dir), "cannot read")
@@ -369,9 +369,9 @@ def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
     assert_user_error(cli("decompress", packed, tmp_path / "x"), "give it with --model")
     assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "--threads", "0"), "--threads")
     assert not (tmp_path / "x").exists()
-    assert_ok(cli("compress", source, packed, "--model", run_dir, "--force", "--quiet", "--streams", "1"))
+    assert_ok(cli("compress", source, "-o", packed, "--model", run_dir, "--force", "--quiet", "--streams", "1"))
     assert read_header(packed.read_bytes())[0].streams == 1
-    assert_ok(cli("compress", source, packed, "--model", run_dir, "--force", "--quiet", "--threads", "2"))
+    assert_ok(cli("compress", source, "-o", packed, "--model", run_dir, "-f", "--quiet", "--threads", "2"))
     assert read_header(packed.read_bytes())[0].environment["threads"] == 2
 
 
@@ -595,7 +595,7 @@ def test_cli_stores_incompressible_input_raw_and_says_why(tmp_path, run_dir):
     result = cli("decompress", packed, out, "--quiet")
     assert_ok(result)
     assert out.read_bytes() == source.read_bytes() and "stored raw, its CRC32 checked" in result.stdout
-    assert_ok(cli("decompress", packed, out, "--model", run_dir, "--force", "--quiet"))  # a model is not used
+    assert_ok(cli("decompress", packed, "-o", out, "--model", run_dir, "--force", "--quiet"))  # a model is not used
     assert out.read_bytes() == source.read_bytes()
     blob = bytearray(packed.read_bytes())
     blob[-1] ^= 0x01

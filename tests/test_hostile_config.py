@@ -15,7 +15,7 @@ import pytest
 import ablations as ab  # benchmarks/ablations.py, through pyproject's pythonpath
 import sharnn
 from helpers import SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run
-from sharnn.arguments import check_count
+from sharnn.commands.arguments import check_count
 from sharnn.config import TrainConfig, load_config
 from sharnn.config_check import shown
 from sharnn.errors import ConfigError

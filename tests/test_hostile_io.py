@@ -29,6 +29,8 @@ import sharnn
 import sharnn.api as api
 import sharnn.coding.container as container
 import sharnn.coding.online as online_mode
+import sharnn.commands.compress as compressing
+import sharnn.commands.decompress as decompressing
 from helpers import SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run
 from sharnn import files
 from sharnn.coding.online import check_online_size, online_config, online_model
@@ -126,13 +128,13 @@ def test_a_closed_standard_stream_is_one_line(tmp_path, text, command, fd, line)
 
 
 def test_an_input_without_an_end_is_refused_before_memory_runs_out(tmp_path, monkeypatch, shared):
-    monkeypatch.setattr(api, "MAX_LENGTH", 1 << 20)
+    monkeypatch.setattr(compressing, "MAX_LENGTH", 1 << 20)
     line = assert_user_error(
         cli("compress", "/dev/zero", tmp_path / "out.shz", "--model", shared, "--quiet"),
         "/dev/zero has more than 1,048,576 bytes, the most sharnn compresses",
     )
     assert _listing(tmp_path) == [], line
-    monkeypatch.setattr(api, "MAX_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(decompressing, "MAX_FILE_BYTES", 1 << 20)
     assert_user_error(
         cli("decompress", "/dev/zero", tmp_path / "out", "--quiet"),
         "/dev/zero has more than 1,048,576 bytes, the most sharnn decompresses",
@@ -143,7 +145,7 @@ def test_an_input_without_an_end_is_refused_before_memory_runs_out(tmp_path, mon
 def test_a_file_larger_than_compression_takes_is_refused_by_its_size(tmp_path, monkeypatch, shared):
     assert container.MAX_LENGTH == 2**31  # documented: docs/compression.md, api.compress_file
     assert "2 GiB" in (Path(__file__).parents[1] / "docs" / "compression.md").read_text()
-    monkeypatch.setattr(api, "MAX_LENGTH", len(TEXT) - 1)
+    monkeypatch.setattr(compressing, "MAX_LENGTH", len(TEXT) - 1)
     big = tmp_path / "big.txt"
     big.write_bytes(TEXT)
     opened = []
@@ -156,7 +158,7 @@ def test_a_file_larger_than_compression_takes_is_refused_by_its_size(tmp_path, m
 
 
 def test_standard_input_larger_than_compression_takes_is_refused(tmp_path, monkeypatch, shared):
-    monkeypatch.setattr(api, "MAX_LENGTH", len(TEXT))
+    monkeypatch.setattr(compressing, "MAX_LENGTH", len(TEXT))
     out = tmp_path / "out.shz"
     assert_ok(cli_with_input(TEXT, "compress", "-", out, "--model", shared, "--quiet"))
     assert out.exists()
@@ -181,12 +183,12 @@ def test_a_fifo_destination_is_refused_and_left(tmp_path, text, shared, force):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     assert_user_error(
-        cli("compress", text, fifo, "--model", shared, "--quiet", *force),
+        cli("compress", text, "-o", fifo, "--model", shared, "--quiet", *force),
         f"{fifo} is a FIFO, not a file; give - to write to standard output",
     )
     packed = tmp_path / "text.shz"
     assert_ok(cli("compress", text, packed, "--model", shared, "--quiet"))
-    assert_user_error(cli("decompress", packed, fifo, "--model", shared, "--quiet", *force), "is a FIFO, not a file")
+    assert_user_error(cli("decompress", packed, "-o", fifo, "--model", shared, "-q", *force), "is a FIFO, not a file")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert _listing(tmp_path) == ["pipe", "text.shz", "text.txt"]
 
@@ -197,8 +199,8 @@ def test_a_character_device_is_never_replaced(tmp_path):
     junk = tmp_path / "junk"
     junk.write_bytes(b"not compressed")
     for args in (
-        ("compress", tmp_path / "missing", "/dev/null", "--online"),
-        ("decompress", junk, "/dev/null"),
+        ("compress", tmp_path / "missing", "-o", "/dev/null", "--online"),
+        ("decompress", junk, "-o", "/dev/null"),
     ):
         for force in ([], ["--force"]):
             assert_user_error(

@@ -24,13 +24,14 @@ FLOORS = [
     {"training"},
     {"coding"},  # online mode trains with the training recipe
     {"analysis", "export"},
-    {"analysis_report", "arguments", "results"},
-    {"api"},
+    {"analysis_report"},
+    {"commands"},  # one module per command: its work, its result and the lines it prints
+    {"api"},  # the public names of commands/, re-exported
     {"console"},
     {"cli"},
     {"__main__"},
 ]
-WINGS = {"models", "data", "training", "coding"}
+WINGS = {"models", "data", "training", "coding", "commands"}
 
 
 def module_name(path: Path) -> str:
@@ -85,17 +86,23 @@ def test_every_module_has_a_floor():
     assert units == set().union(*FLOORS), "add the new module to FLOORS, on the floor of what it imports"
 
 
+def upward(module: str, targets) -> list[str]:
+    """The imports of ``targets`` by ``module`` that the floors refuse."""
+    return [
+        t
+        for t in sorted(targets)
+        if t != "sharnn" and not (unit(t) == unit(module) and unit(t) in WINGS) and floor(t) >= floor(module)
+    ]
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_a_module_imports_only_from_below_or_its_own_wing(module):
     if module == "sharnn":  # the lazy top: it names its public names' modules, importing none
         assert not GRAPH[module]
         return
-    upward = [
-        t
-        for t in sorted(GRAPH[module])
-        if t != "sharnn" and not (unit(t) == unit(module) and unit(t) in WINGS) and floor(t) >= floor(module)
-    ]
-    assert not upward, f"{module} imports from its own floor or above: {upward}"
+    assert not upward(module, GRAPH[module]), (
+        f"{module} imports from its own floor or above: {upward(module, GRAPH[module])}"
+    )
 
 
 def test_the_wings_keep_their_contract():
@@ -111,25 +118,72 @@ def test_the_wings_keep_their_contract():
             assert module == "sharnn.__main__", f"{module} imports the command line"
 
 
-def test_no_import_cycle():
-    def visit(module: str, path: list[str]) -> None:
-        if module in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module) :] + [module]))
-        if module in done:
-            return
-        for target in sorted(GRAPH.get(module, ())):
-            visit(target, [*path, module])
-        done.add(module)
-
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """An import cycle of ``graph`` (its modules in order, the first repeated last), or None."""
     done: set[str] = set()
-    for module in sorted(GRAPH):
-        visit(module, [])
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return path[path.index(module) :] + [module]
+        if module in done:
+            return None
+        for target in sorted(graph.get(module, ())):
+            if found := visit(target, [*path, module]):
+                return found
+        done.add(module)
+        return None
+
+    return next((found for module in sorted(graph) if (found := visit(module, []))), None)
+
+
+def test_no_import_cycle():
+    found = cycle(GRAPH)
+    assert found is None, "import cycle: " + " -> ".join(found or [])
 
 
 def test_the_contract_sees_the_imports_it_judges():
     """The reader finds relative, nested and lazy imports (a contract that reads nothing
     passes everything)."""
     assert "sharnn.training.recipe" in GRAPH["sharnn.coding.online"]
-    assert "sharnn.training.trainer" in GRAPH["sharnn.api"]  # imported inside a function
+    assert "sharnn.training.trainer" in GRAPH["sharnn.commands.train"]  # imported inside a function
     assert "sharnn.cli" in GRAPH["sharnn.__main__"]
     assert {"sharnn.training.checkpoint", "sharnn.training.recipe"} <= GRAPH["sharnn.training.trainer"]
+
+
+COMMANDS = {m for m in MODULES if m.startswith("sharnn.commands.")}
+
+
+def test_the_contract_covers_one_module_per_command():
+    """Every command of the CLI has its module in commands/, on the floor below the API,
+    judged by the same tests: a new command module cannot slip past them."""
+    for command in ("prepare", "train", "evaluate", "generate", "analyze", "compress", "decompress", "info", "export"):
+        module = f"sharnn.commands.{command}"
+        assert module in COMMANDS and floor(module) == floor("sharnn.api") - 1, module
+        assert GRAPH[module], f"the contract reads no import of {module}"
+    assert "sharnn.commands.compress" in GRAPH["sharnn.commands.decompress"]  # inside the wing: allowed
+    assert {"sharnn.commands.compress", "sharnn.commands.train"} <= GRAPH["sharnn.api"]
+
+
+def test_an_upward_import_or_a_cycle_among_the_commands_would_be_caught():
+    """The checks themselves, on imports the commands must never have."""
+    assert upward("sharnn.commands.compress", {"sharnn.console"}) == ["sharnn.console"]
+    assert upward("sharnn.commands.compress", {"sharnn.api", "sharnn.cli"}) == ["sharnn.api", "sharnn.cli"]
+    assert upward("sharnn.commands.compress", {"sharnn.commands.listing", "sharnn.coding.codec"}) == []
+    assert upward("sharnn.coding.codec", {"sharnn.commands.compress"}) == ["sharnn.commands.compress"]
+    graph = GRAPH | {"sharnn.commands.compress": GRAPH["sharnn.commands.compress"] | {"sharnn.commands.decompress"}}
+    assert cycle(graph) in (
+        ["sharnn.commands.compress", "sharnn.commands.decompress", "sharnn.commands.compress"],
+        ["sharnn.commands.decompress", "sharnn.commands.compress", "sharnn.commands.decompress"],
+    )
+
+
+def test_the_api_only_re_exports_and_no_command_module_imports_click():
+    """click lives in the command line (cli.py, console.py), so that `sharnn --help` loads
+    no torch; the API names what the command modules define."""
+    tree = ast.parse(MODULES["sharnn.api"].read_text())
+    assert not [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    for module in sorted(COMMANDS | {"sharnn.commands"}):
+        for node in ast.walk(ast.parse(MODULES[module].read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(name.split(".")[0] == "click" for name in names), f"{module} imports click"

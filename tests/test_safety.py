@@ -345,15 +345,15 @@ def test_compress_and_decompress_replace_a_link_only_with_force(tmp_path):
     made = links(tmp_path)
     for link in made.values():
         line = assert_user_error(
-            cli("compress", source, link, "--online", "--quiet"),
+            cli("compress", source, "-o", link, "--online", "--quiet"),
             f"error: {link} is a symbolic link (to {os.readlink(link)}); give --force to replace the link",
         )
         assert link.is_symlink(), line
-    assert_ok(cli("compress", source, made["dangling"], "--online", "--quiet", "--force"))
+    assert_ok(cli("compress", source, "-o", made["dangling"], "--online", "--quiet", "--force"))
     assert made["dangling"].is_file() and not made["dangling"].is_symlink()
     for kind in ("looping", "file", "folder"):
-        assert_user_error(cli("decompress", made["dangling"], made[kind]), f"{made[kind]} is a symbolic link")
-        assert_ok(cli("decompress", made["dangling"], made[kind], "--quiet", "--force"))
+        assert_user_error(cli("decompress", made["dangling"], "-o", made[kind]), f"{made[kind]} is a symbolic link")
+        assert_ok(cli("decompress", made["dangling"], "-o", made[kind], "--quiet", "--force"))
         assert not made[kind].is_symlink() and made[kind].read_bytes() == TEXT
     assert_targets_untouched(tmp_path)
 

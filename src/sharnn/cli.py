@@ -7,7 +7,8 @@ prints ``interrupted`` and exits with status 130, SIGTERM ``terminated`` and 143
 saves first and prints its resume command, with the same statuses).
 
 Each command parses its options, calls one function of the library (:mod:`sharnn.api`,
-reached through ``sharnn``'s names, which load on first use) and prints its result; the
+reached through ``sharnn``'s names, which load on first use, or its command's module in
+:mod:`sharnn.commands`, imported inside the command) and prints its result; the
 errors and signals become lines and exit statuses in :mod:`sharnn.console`, which also
 defines the options several commands share. torch loads only when a command runs, so
 that ``--help``, ``--version`` and usage errors answer at once.
@@ -54,10 +55,9 @@ def prepare():
 @console.force_out_option
 def prepare_enwik8_command(source, out, force):
     """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
-    from .data.prepare import ENWIK8_URL, prepare_enwik8
+    from .commands import prepare
 
-    folder = prepare_enwik8(source or ENWIK8_URL, out, force=force)
-    click.echo(f"prepared enwik8 in {folder}")
+    _echo_lines(prepare.enwik8(source, out, force))
 
 
 @prepare.command("wikitext-2")
@@ -74,17 +74,9 @@ def prepare_enwik8_command(source, out, force):
 def prepare_wikitext2_command(source, tokenizer, out, force):
     """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
     tokenize it (docs/tokenization.md)."""
-    from .data.corpus import SPLITS, load_corpus
-    from .data.prepare import prepare_wikitext2
+    from .commands import prepare
 
-    corpus = load_corpus(str(prepare_wikitext2(source, out, tokenizer, force=force)))
-    lengths = corpus.tokenizer.byte_lengths()
-    for name in SPLITS:
-        ids = corpus.split(name)
-        click.echo(
-            f"{name}: {len(ids):,} tokens, {int(lengths[ids].sum()):,} bytes, {corpus.words[name]:,} words + <eos>"
-        )
-    click.echo(f"prepared WikiText-2 with {corpus.tokenizer.name} ({corpus.tokenizer.vocab_size:,} token ids) in {out}")
+    _echo_lines(prepare.wikitext2(source, out, tokenizer, force))
 
 
 @prepare.command("corpus")
@@ -100,11 +92,9 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
 @console.force_out_option
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
     """Any file or folder of files (concatenated), split by position."""
-    from .data.prepare import prepare_corpus, prepared_report
+    from .commands import prepare
 
-    folder = prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer, force=force)
-    for line in prepared_report(folder):
-        click.echo(line)
+    _echo_lines(prepare.corpus(source, out, valid_fraction, test_fraction, tokenizer, force))
 
 
 @main.command()
@@ -139,9 +129,21 @@ def train(preset, config_file, out, resume, init_from, quiet, overrides):
 
     Under `torchrun --nproc_per_node=N -m sharnn train ...` it trains with N processes
     (DistributedDataParallel; docs/training.md, "Several GPUs or processes")."""
+    from .commands import train as training
+
     summary = sharnn.train_run(preset, config_file, out, resume, init_from, overrides, quiet=quiet)
-    if sharnn.training.distributed.is_main_process():
-        click.echo(sharnn.api.format_summary(summary))
+    if not sharnn.training.distributed.is_main_process():
+        return
+    config = training.run_config(summary)
+    sample = [] if quiet else training.training_sample(summary, config)
+    for header, text in sample:
+        click.echo(f"\n--- {header} ---", err=True)
+        click.echo(text)
+    if sample:
+        click.echo("---", err=True)
+    click.echo(training.format_summary(summary))
+    if note := training.budget_note(summary, config):
+        click.echo(note, err=True)
 
 
 @main.command("eval")
@@ -193,8 +195,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
 
 
 @main.command()
-@console.source_argument
-@console.dest_argument
+@click.argument("files", nargs=-1, required=True, metavar="FILE... [KEY=VALUE]...")
 @click.option(
     "--model",
     "model_path",
@@ -206,48 +207,47 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
 @click.option(
     "--online",
     is_flag=True,
-    help="No model file: a fixed-seed model learns from the bytes already coded; key=value overrides "
+    help="No model file: a fixed-seed model learns from the bytes already coded; key=value settings "
     "change its settings (e.g. lr=0.003 bptt=64).",
 )
 @click.option(
     "--streams",
     default=None,
     type=click.IntRange(min=1),
-    help="Contiguous pieces coded side by side: faster, each starts cold.  [default: one per 8 KiB of input, "
-    "1 to 32; online: 8]",  # sharnn.coding.codec.default_streams (the help imports no torch)
+    help="Contiguous pieces coded side by side, the speed-for-size trade: more are faster and each costs a "
+    "cold start (8 instead of 2 on 10 KB of text: 1.6% larger, 1.8 to 3x as fast).  [default: one per 8 KiB "
+    "of input, 1 to 32; online: 8]",  # sharnn.coding.codec.default_streams (the help imports no torch)
 )
 @console.coding_options
-@console.force_dest_option
-@console.quiet_option
-@click.argument("overrides", nargs=-1)
-def compress(source, dest, model_path, online, streams, threads, device, adapt, precision, force, quiet, overrides):
-    """Compress SOURCE to DEST (`-`: standard input or output) with a model, exactly
-    invertible by `sharnn decompress` (docs/compression.md)."""
-    coding = {"streams": streams, "threads": threads, "device": device, "precision": precision, "adapt": adapt}
-    options = {"online": online, "settings": overrides, "force": force, "quiet": quiet} | coding
-    done = sharnn.compress_file(source, dest, model_path, **options)
-    click.echo(done.format(source), err=str(dest) == "-")
+@console.file_options(compressing=True)
+def compress(files, model_path, online, streams, threads, device, adapt, precision, **how):
+    """Compress each FILE to FILE.shz (`-`: standard input to standard output), exactly
+    invertible by `sharnn decompress` (docs/compression.md). Each FILE is kept (--rm
+    removes it); FILE.shz takes its mode and modification time. Compressed data is never
+    written to a terminal. `sharnn compress SRC DEST` (DEST no file yet) is deprecated:
+    `-o DEST`."""
+    coding = {"online": online, "streams": streams, "device": device, "precision": precision, "adapt": adapt}
+    console.code_files(files, how, coding, model=model_path, threads=threads)
 
 
 @main.command()
-@console.source_argument
-@console.dest_argument
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option(
     "--model",
     "model_path",
     default=None,
     type=console.model_path,
-    help="The run, checkpoint or model SOURCE was compressed with (not for --online files).  "
+    help="The run, checkpoint or model FILE was compressed with (not for --online files).  "
     "[default: the shipped model the file names]",
 )
 @console.decoding_threads_option
-@console.force_dest_option
-@console.quiet_option
-def decompress(source, dest, model_path, threads, force, quiet):
-    """Decompress SOURCE to DEST (`-`: standard input or output). Every stream's CRC32 is
-    checked before anything is written; on any mismatch nothing is."""
-    done = sharnn.decompress_file(source, dest, model_path, threads=threads, force=force, quiet=quiet)
-    click.echo(done.format(source), err=str(dest) == "-")
+@console.file_options
+def decompress(files, model_path, threads, **how):
+    """Decompress each FILE.shz to FILE (`-`: standard input to standard output): every
+    stream's CRC32 is checked before anything is written; on any mismatch nothing is. Each
+    FILE.shz is kept (--rm removes it); FILE takes its mode and modification time.
+    `sharnn decompress SRC DEST` (DEST no file yet) is deprecated: `-o DEST`."""
+    console.code_files(files, how, None, model=model_path, threads=threads)
 
 
 @main.command()
@@ -270,7 +270,9 @@ def export(checkpoint, out, collapse, storage, force):
     """Write a run's best checkpoint (or the given checkpoint) as a folder to share in the
     Hugging Face Hub layout: config.json, model.safetensors, a model card README.md,
     train_config.yaml, training.json and bpc.png (docs/sharing.md)."""
-    click.echo(f"exported {checkpoint} to {sharnn.export.export(checkpoint, out, collapse, force, storage)}")
+    from .commands.export import export as export_checkpoint
+
+    click.echo(export_checkpoint(checkpoint, out, collapse, force, storage))
 
 
 @main.group()
@@ -303,10 +305,10 @@ def analyze_tokenization_command(checkpoint, split, streams, bptt, max_tokens, d
     2^(BPC * Nc / Nw) beside the exact word perplexity; for a wordpiece model, bits per
     word by number of pieces; for a words model, its totals. CHECKPOINT: a run folder (its
     best checkpoint), a checkpoint or an exported folder."""
+    from .commands.analyze import write_and_describe
+
     report, folder = sharnn.analyze_tokenization(checkpoint, split, streams, bptt, max_tokens, device, fast_path, out)
-    click.echo(sharnn.analysis_report.format_report(report))
-    for path in sharnn.analysis_report.write_report(report, folder):
-        click.echo(f"wrote {path}")
+    _echo_lines(write_and_describe(report, folder))
 
 
 @main.command()
@@ -318,3 +320,8 @@ def info(target, overrides):
     or save_pretrained folder, and for these folders their step, epoch and scores
     (without TARGET: the list of presets)."""
     click.echo(sharnn.info(target, overrides))
+
+
+def _echo_lines(lines) -> None:
+    for line in lines:
+        click.echo(line)

@@ -8,6 +8,7 @@ errors answer without it. It also defines the options and arguments several comm
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from .errors import Interrupted, SharnnError
+from .errors import ConfigError, Interrupted, SharnnError
 from .files import Terminated
 
 
@@ -48,18 +49,25 @@ class Group(click.Group):
             _echo_once(str(e))
             sys.exit(e.exit_code)
         except SharnnError as e:
-            _echo_once(f"error: {e}")
+            _echo_once(error_line(e))
             sys.exit(1)
         except click.UsageError as e:
             _usage_error(e)
         except OSError as e:  # the file system refused: a full disk, a quota, permissions
-            where = f" ({e.filename})" if e.filename else ""
-            click.echo(f"error: {e.strerror or e}{where}", err=True)
+            click.echo(error_line(e), err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             _interrupted()
         except Terminated:
             _stopped_by_signal("terminated", 143)
+
+
+def error_line(e: Exception) -> str:
+    """The line an error a user can cause (a :class:`SharnnError`, or an ``OSError``: the
+    file system refused) is printed as."""
+    if isinstance(e, OSError):
+        return f"error: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}"
+    return f"error: {e}"
 
 
 def _interrupted():
@@ -127,17 +135,12 @@ package's), ``./NAME`` the folder (a ``Path`` would drop the ``./``)."""
 checkpoint_argument = click.argument("checkpoint", type=model_path)
 model_argument = click.argument("checkpoint", required=False, type=model_path)
 """A checkpoint, run, exported folder or shipped model's name; without it, DEFAULT_MODEL."""
-source_argument = click.argument("source", type=click.Path(path_type=Path, allow_dash=True))
-dest_argument = click.argument("dest", type=click.Path(path_type=Path, allow_dash=True))
 out_option = click.option("--out", required=True, type=click.Path(path_type=Path), help="Folder to create.")
 force_out_option = click.option(
     "--force",
     "-f",
     is_flag=True,
     help="Replace --out if it is a symbolic link (the link, never its target); an existing folder is never replaced.",
-)
-force_dest_option = click.option(
-    "--force", "-f", is_flag=True, help="Replace DEST if it is a file or a symbolic link (the link, never its target)."
 )
 quiet_option = click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 split_option = click.option("--split", type=click.Choice(["valid", "test"]), default="test", show_default=True)
@@ -199,14 +202,168 @@ def coding_options(command):
     )(command)
     command = click.option(
         "--device",
-        default="cpu",
-        show_default=True,
-        help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library versions.",
+        default=None,
+        help="cpu or cuda[:N]: a file coded on CUDA decodes only on the same GPU type with the same library "
+        "versions.  [default: cpu]",
     )(command)
     return click.option(
         "--threads",
-        default=1,
-        show_default=True,
+        default=None,
         type=click.IntRange(min=1, max=1024),
-        help="Torch threads while coding; decompression uses the same count.",
+        help="Torch threads while coding; decompression uses the same count.  [default: 1; with -d, -t: the file's]",
     )(command)
+
+
+# sharnn compress and decompress: xz's manners (docs/compression.md, "The command line").
+_SETTING = re.compile(r"[A-Za-z_][\w.]*=")
+
+
+def file_options(command=None, *, compressing: bool = False):
+    """The options of compress and decompress that say what becomes of each FILE."""
+    options = [
+        click.option("--quiet", "-q", is_flag=True, help="No progress bar or progress lines."),
+        click.option("--list", "-l", "list_", is_flag=True, help="Print what each FILE.shz says about itself."),
+        click.option("--test", "-t", is_flag=True, help="Decode and check each FILE.shz; write nothing."),
+        click.option("--rm", is_flag=True, help="Remove each FILE once its output is written."),
+        click.option("--keep", "-k", is_flag=True, help="Keep each FILE (the default, as zstd; xz removes it: --rm)."),
+        click.option(
+            "--force",
+            "-f",
+            is_flag=True,
+            help="Replace existing output files (a symbolic link: the link, never its target).",
+        ),
+        click.option("--stdout", "-c", "to_stdout", is_flag=True, help="Write to standard output (keeps FILE)."),
+        click.option("--output", "-o", default=None, help="Write to this file (one FILE only; -: standard output)."),
+    ]
+    if command is None:
+        return lambda command: file_options(command, compressing=compressing)
+    if compressing:
+        options.append(click.option("--decompress", "-d", is_flag=True, help="Decompress, as `sharnn decompress`."))
+    for option in options:
+        command = option(command)
+    return command
+
+
+def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int | None) -> None:
+    """Run ``sharnn compress`` (``coding``: its options only compressing takes, as
+    :func:`sharnn.compress_file` names them) or ``sharnn decompress`` (``coding`` None) on
+    each FILE of ``arguments``, with the file options ``how`` (:func:`file_options`): each
+    file all or nothing; with several, a failure is one line and the next file goes on,
+    and the exit status is 1."""
+    files = [a for a in arguments if not (_SETTING.match(a) and not os.path.lexists(a))]
+    settings = [a for a in arguments if a not in files]
+    mode = _mode(how, coding is not None)
+    if coding is not None and mode != "compress":
+        _refuse_compressing_options(coding | {"settings": settings}, mode)
+    elif coding is None and settings:
+        raise click.UsageError(f"key=value settings ({settings[0]}) are for `sharnn compress --online` only")
+    if not files:
+        raise click.UsageError("give a FILE (-: standard input)")
+    _check_outputs(how, mode, files)
+    old = len(files) == 2 and _old_form(how, files[1])
+    sources = files[:1] if old else files
+    work = {"model": model, "threads": threads, "force": how["force"], "quiet": how["quiet"]}
+    if mode == "compress":
+        work |= coding | {"settings": settings, "threads": threads or 1, "device": coding["device"] or "cpu"}
+    failed = 0
+    for number, source in enumerate(sources):
+        if mode == "list" and number:
+            click.echo()  # a blank line between two files' blocks
+        try:
+            dest = files[1] if old else _destination(source, how, mode, files)
+            _code_one(source, dest, mode, work, remove=how["rm"])
+        except (SharnnError, OSError) as e:
+            if len(sources) == 1 or isinstance(e, Interrupted):
+                raise
+            click.echo(error_line(e), err=True)
+            failed += 1
+    _notes(old, mode, coding)
+    if failed:
+        sys.exit(1)
+
+
+def _mode(how: dict, compressing: bool) -> str:
+    chosen = [flag for flag in ("decompress", "test", "list_") if how.get(flag)]
+    if len(chosen) > 1:
+        raise click.UsageError(f"give one of -d, -t and -l, not {' and '.join('-' + c[0] for c in chosen)}")
+    return {"decompress": "decompress", "test": "test", "list_": "list"}.get(
+        chosen[0] if chosen else "", "compress" if compressing else "decompress"
+    )
+
+
+def _refuse_compressing_options(options: dict, mode: str) -> None:
+    given = [name for name, value in options.items() if value not in (None, False, [], ())]
+    if given:
+        name = "key=value settings" if given[0] == "settings" else f"--{given[0]}"
+        raise click.UsageError(f"{name} is for compressing: not with -{mode[0]}")
+
+
+def _check_outputs(how: dict, mode: str, files: list[str]) -> None:
+    """Refuse the file options that contradict each other or the mode (usage errors)."""
+    if how["output"] is not None and how["to_stdout"]:
+        raise click.UsageError("give -o FILE or -c, not both")
+    if mode in ("test", "list") and (how["output"] is not None or how["to_stdout"] or how["rm"]):
+        raise click.UsageError(f"-{mode[0]} writes nothing: no -o, -c or --rm")
+    if how["rm"] and (how["keep"] or how["to_stdout"] or how["output"] == "-"):
+        raise click.UsageError("--rm removes FILE once its output file is written: not with -k, -c or -o -")
+    if len(files) > 1 and how["output"] is not None:
+        raise click.UsageError(f"-o names one output: give one FILE, not {len(files)}")
+    if len(files) > 1 and how["to_stdout"] and mode == "compress":
+        raise click.UsageError(f"-c writes one compressed file: give one FILE, not {len(files)}")
+
+
+def _old_form(how: dict, second: str) -> bool:
+    """``SRC DEST`` as before 0.5 (deprecated): two FILEs, the second ``-`` or no file at
+    all (never one that exists, which is an input), and no option of xz's but ``-f``."""
+    xz = any(how.get(flag) for flag in ("output", "to_stdout", "keep", "rm", "test", "list_", "decompress"))
+    return not xz and (second == "-" or not os.path.lexists(second))
+
+
+def _destination(source: str, how: dict, mode: str, files: list[str]) -> str | None:
+    """Where ``source``'s output goes: -o, -c, nowhere (-t, -l) or its name by default,
+    never one of the inputs."""
+    from .commands.compress import compressed_name
+    from .commands.decompress import decompressed_name
+
+    if mode in ("test", "list"):
+        return None
+    if how["output"] is not None or how["to_stdout"]:
+        return "-" if how["to_stdout"] else how["output"]
+    dest = compressed_name(source) if mode == "compress" else decompressed_name(source)
+    if os.path.exists(dest) and any(os.path.exists(f) and os.path.samefile(dest, f) for f in files):
+        raise ConfigError(f"{dest} is an input too: {source} skipped")
+    return dest
+
+
+def _code_one(source: str, dest: str | None, mode: str, work: dict, *, remove: bool) -> None:
+    """One FILE: code it, print its line (on standard error when the output is standard
+    output), and remove it with --rm once its output is written."""
+    import sharnn
+
+    if mode == "list":
+        click.echo(sharnn.api.list_file(source).format())
+        return
+    options = dict(work)
+    model = options.pop("model")
+    if mode == "compress":
+        done = sharnn.compress_file(source, dest, model, **options)
+    else:
+        done = sharnn.decompress_file(source, dest, model, **options)
+    click.echo(done.format(source), err=dest == "-")
+    if remove and source != "-":
+        os.unlink(source)
+
+
+def _notes(old: bool, mode: str, coding: dict | None) -> None:
+    """What the user should know once the work is done, on standard error."""
+    from .commands.compress import precision_note
+
+    if coding is not None and mode == "compress":
+        note = precision_note(coding["precision"], coding["online"], coding["adapt"])
+        if note:
+            click.echo(note, err=True)
+    if old:
+        click.echo(
+            f"note: `sharnn {mode} SRC DEST` is deprecated and goes in 0.6: write `sharnn {mode} SRC -o DEST`",
+            err=True,
+        )

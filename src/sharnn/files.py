@@ -50,13 +50,15 @@ class Terminated(BaseException):
     ``Exception``, so that no error handler takes it for an error of its own."""
 
 
-def write_atomically(path: str | Path, data: bytes | str) -> None:
+def write_atomically(path: str | Path, data: bytes | str, like: os.stat_result | None = None) -> None:
     """Write ``data`` (``str`` as UTF-8) to ``path`` through a temporary file of a unique
     name beside it (``.NAME.<random>.tmp``, made by this call), flushed to disk and
     renamed over it: ``path`` holds either what it held before or all of ``data``. A
     symbolic link at ``path`` is replaced by the file, its target left as it is. The
-    file gets the usual mode (0666 less the umask). The temporary file is removed on any
-    error; no other file is ever removed.
+    file gets the usual mode (0666 less the umask), or with ``like`` (another file's
+    ``os.stat``) that file's permission bits (set-user-ID, set-group-ID and sticky left
+    out) and access and modification times, before it is renamed into place. The
+    temporary file is removed on any error; no other file is ever removed.
 
     Raises:
         OSError: the file system refused (a full disk, a quota, permissions).
@@ -65,9 +67,11 @@ def write_atomically(path: str | Path, data: bytes | str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with open(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_UMASK)  # mkstemp makes it 0600
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK if like is None else stat.S_IMODE(like.st_mode) & 0o777)
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
+            if like is not None:
+                os.utime(f.fileno(), ns=(like.st_atime_ns, like.st_mtime_ns))
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -152,10 +156,10 @@ def output_destination(source: str | Path, dest: str | Path, force: bool, error:
         if str(source) != "-" and dest.exists() and dest.resolve() == source.resolve():
             raise error(f"{dest} is the input file")
         _check_not_special(dest, error)
+        if dest.is_dir() and not dest.is_symlink():  # never replaced: --force would not help
+            raise error(f"{dest} is a folder")
         if not force or dest.is_symlink():
             check_new(dest, force, error, f"{dest} exists; give --force to replace it")
-        elif dest.is_dir():
-            raise error(f"{dest} is a folder")
         if not dest.absolute().parent.is_dir():
             raise error(f"no folder {dest.absolute().parent}")
         yield
@@ -224,9 +228,10 @@ def _read_at_most(stream, limit: int, name: str, too_large: str) -> bytes:
     return buffer.getvalue()
 
 
-def write_output(dest: str | Path, data: bytes) -> None:
+def write_output(dest: str | Path, data: bytes, like: os.stat_result | None = None) -> None:
     """Write ``data`` to standard output (``-``), or to ``dest`` through
-    :func:`write_atomically`: never half-written; a symbolic link there is replaced, never
+    :func:`write_atomically` (with the mode and times of ``like``, the input's
+    ``os.stat``, if given): never half-written; a symbolic link there is replaced, never
     written through. Check ``dest`` with :func:`output_destination` first.
 
     Raises:
@@ -241,7 +246,7 @@ def write_output(dest: str | Path, data: bytes) -> None:
         sys.stdout.buffer.flush()
     else:
         _check_not_special(Path(dest), ConfigError)
-        write_atomically(dest, data)
+        write_atomically(dest, data, like)
 
 
 class Lock:

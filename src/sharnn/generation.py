@@ -14,7 +14,6 @@ the fast path generated 3.5 times slower than eager that way
 from __future__ import annotations
 
 import codecs
-import sys
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -184,20 +183,23 @@ def _read_prompts(
     return logits[-1], advance
 
 
-def print_sample(model: SHARNN, corpus: Corpus, n: int, seed: int, autocast_dtype: torch.dtype | None = None) -> None:
-    """What ``sharnn train`` prints at its end (``sample_bytes``): the prompt, the first
-    256 ids of the corpus's test split, on stderr as a header and stdout as text, then
-    ``n`` ids generated from it at temperature 0.8 with ``seed``."""
+def training_sample(
+    model: SHARNN, corpus: Corpus, n: int, seed: int, autocast_dtype: torch.dtype | None = None
+) -> list[tuple[str, str]]:
+    """What ``sharnn train`` prints at its end (``sample_bytes``), as ``(header, text)``
+    pairs: the prompt, the first 256 ids of the corpus's test split, then ``n`` ids
+    generated from it at temperature 0.8 with ``seed``, decoded as UTF-8 across the two
+    (invalid UTF-8 shown as U+FFFD)."""
     tokenizer = corpus.tokenizer
     unit = "bytes" if tokenizer.is_bytes else f"{tokenizer.name} tokens"
     prompt = torch.from_numpy(corpus.test[:256].astype(np.int64))
     steps = generate(model, prompt.view(-1, 1), n, temperature=0.8, seed=seed, autocast_dtype=autocast_dtype)
     sample = [int(tokens[0]) for tokens in steps]
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    for header, ids, final in (
-        (f"prompt: the first 256 {unit} of the test split", prompt.tolist(), False),
-        (f"sample: {n} {unit} generated at temperature 0.8", sample, True),
-    ):
-        print(f"\n--- {header} ---", file=sys.stderr, flush=True)
-        print(decoder.decode(tokenizer.decode_bytes(ids), final=final), flush=True)
-    print("---", file=sys.stderr)
+    return [
+        (header, decoder.decode(tokenizer.decode_bytes(ids), final=final))
+        for header, ids, final in (
+            (f"prompt: the first 256 {unit} of the test split", prompt.tolist(), False),
+            (f"sample: {n} {unit} generated at temperature 0.8", sample, True),
+        )
+    ]

@@ -23,7 +23,6 @@ from ..config import TrainConfig
 from ..data.corpus import batchify, get_batch, load_corpus, mean_bytes_per_token, split_prefix, window_length
 from ..errors import TrainingDiverged
 from ..evaluation import EvalResult, EvaluationStopped, evaluate
-from ..generation import print_sample
 from ..progress import ProgressDisplay
 from ..runtime import Runtime, resolve_device
 from . import checkpoint, recipe, run_start
@@ -105,9 +104,6 @@ def _train(trainer: Trainer, config: TrainConfig, should_stop: Callable[[Progres
         except (EvaluationStopped, KeyboardInterrupt):  # a stop during the test (the training is
             # saved, a resume tests it), or a second signal outside a save: stop at once
             raise trainer.run.interrupted(stop_requested.signal, trainer.state.progress.step) from None
-    if config.sample_bytes and not trainer.quiet:
-        state, corpus = trainer.state, trainer.corpus
-        print_sample(state.model, corpus, config.sample_bytes, config.seed, trainer.runtime.autocast_dtype)
     return summary
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from .config import FAST_PATH
-from .config_check import shown
-from .errors import ConfigError
-from .runtime import resolve_device
+from ..config import FAST_PATH
+from ..config_check import shown
+from ..errors import ConfigError
+from ..runtime import resolve_device
 
 
 def check_count(name: str, value, minimum: int | None = 1, maximum: int | None = None, *, optional: bool = False):
@@ -72,3 +72,17 @@ def check_runtime(device, fast_path) -> torch.device:
     if not isinstance(fast_path, str) or fast_path not in FAST_PATH:
         raise ConfigError(f"fast_path must be one of {', '.join(FAST_PATH)}, got {shown(fast_path)}")
     return resolve_device(device)
+
+
+def check_coding(source, dest, model, streams, threads, decoding: bool, settings=(), **flags) -> None:
+    """The types of ``compress_file``'s and ``decompress_file``'s arguments (the upper
+    bounds of ``streams`` and ``threads`` are the codec's, with their reasons): paths,
+    integers, bools (``force='no'`` is no choice; ``adapt`` may be None). Raises
+    :class:`ConfigError` naming the first argument refused."""
+    check_path("source", source)
+    check_path("dest", dest, optional=decoding)  # decompress -t writes nothing
+    check_path("model", model, optional=True)
+    check_count("streams", streams, 1, optional=True)
+    check_count("threads", threads, 1, optional=decoding)
+    check_overrides(settings)
+    check_flags(("adapt",), **flags)
