@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 import torch
@@ -160,6 +161,12 @@ SETTINGS = {  # name: (environment variables, decompress's --threads): each unli
 # Asking torch for more than the CPU has kills it (SIGILL): AVX-512 only where the CPU has it.
 if torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
     SETTINGS["capability avx512, 2 threads"] = ({"ATEN_CPU_CAPABILITY": "avx512"}, 2)
+# The kernels compiled for another CPU than this one (numba's target; the encoders' is the
+# host's): x86-64 without any vector extension past SSE2, and, where this CPU has AVX-512,
+# AVX2 without it (NUMBA_CPU_FEATURES unset: the named CPU's own).
+SETTINGS["numba generic, 2 threads"] = ({"NUMBA_CPU_NAME": "generic"}, 2)
+if llvm.get_host_cpu_features().get("avx512f", False):
+    SETTINGS["numba haswell, 1 thread"] = ({"NUMBA_CPU_NAME": "haswell"}, 1)
 
 
 def _sharnn(*args, env: dict) -> subprocess.Popen:
@@ -198,6 +205,8 @@ def test_a_portable_file_decodes_byte_for_byte_under_every_setting(tmp_path):
         assert header.portable and header.precision == "integer" and header.storage == "coded"
         assert header.mixing == 1  # the default: the model mixed with context models, all of it exact
     for number, (setting, (env, threads)) in enumerate(SETTINGS.items()):
+        if "NUMBA_CPU_NAME" in env:  # kernels for another CPU: cached apart, not beside the package
+            env = env | {"NUMBA_CACHE_DIR": str(tmp_path / f"numba-{number}")}
         running = {}
         for name in sources:
             out = tmp_path / f"{name}-{number}"
@@ -236,3 +245,31 @@ def test_the_settings_are_real_ones():
         for value in ("default", "avx2")
     }
     assert reported == {"default": "DEFAULT", "avx2": "AVX2"}
+
+
+NUMBA_VECTOR_CODE = """
+import re, numba
+@numba.njit("float64(float64[::1])")
+def squares(x):
+    total = 0.0
+    for value in x:
+        total += value * value
+    return total
+print(" ".join(sorted(set(re.findall(r"^\\s+(v[a-z]+)\\s", squares.inspect_asm(squares.signatures[0]), re.M)))))
+"""
+
+
+@pytest.mark.slow  # a few seconds: out of the working loop
+def test_numba_compiles_for_the_cpu_it_is_told():
+    """``NUMBA_CPU_NAME`` is read: a kernel compiled for ``generic`` (x86-64, SSE2) has no
+    AVX instruction (``v...``), one compiled for this CPU has them where it has AVX."""
+
+    def instructions(**env) -> set[str]:
+        command = [sys.executable, "-c", NUMBA_VECTOR_CODE]
+        done = subprocess.run(command, env=os.environ | env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return set(done.stdout.split())
+
+    assert not instructions(NUMBA_CPU_NAME="generic")
+    if llvm.get_host_cpu_features().get("avx", False):
+        assert instructions()
