@@ -62,12 +62,30 @@ def _pair_sums(builder, a, b):
     return builder.add(even, odd)
 
 
-def _lane_sum(builder, vector):
-    """The sum of a vector's lanes (int32)."""
-    total = builder.extract_element(vector, ir.Constant(_I32, 0))
-    for lane in range(1, LANES // 2):
-        total = builder.add(total, builder.extract_element(vector, ir.Constant(_I32, lane)))
-    return total
+def _halves(builder, vectors: list, group: int):
+    """One or two vectors (taken end to end) whose lanes are groups of ``group`` partial
+    sums -> one vector of half as many lanes, the groups in order, each the sum of its
+    first and second half."""
+    count = vectors[0].type.count * len(vectors)
+    low = [start + i for start in range(0, count, group) for i in range(group // 2)]
+    high = [lane + group // 2 for lane in low]
+    lanes = ir.VectorType(_I32, len(low))
+    first, second = vectors[0], vectors[-1]
+    return builder.add(*(builder.shuffle_vector(first, second, ir.Constant(lanes, pick)) for pick in (low, high)))
+
+
+def _lane_sums(builder, vectors: list) -> list:
+    """The sum of each vector's lanes (int32): pairs of vectors, then halves of the one
+    left, so that every shuffle and add works on whole vectors (a power of two of vectors,
+    at most as many as their lanes)."""
+    group = vectors[0].type.count  # the lanes holding one vector's partial sums
+    while len(vectors) > 1:
+        vectors = [_halves(builder, pair, group) for pair in zip(vectors[::2], vectors[1::2])]
+        group //= 2
+    (sums,) = vectors
+    while group > 1:
+        sums, group = _halves(builder, [sums], group), group // 2
+    return [builder.extract_element(sums, ir.Constant(_I32, i)) for i in range(sums.type.count)]
 
 
 def _dot_block(rows: int, streams: int):
@@ -105,7 +123,7 @@ def _dot_block(rows: int, streams: int):
                     for r in range(rows):
                         total = sums[r * streams + s]
                         builder.store(builder.add(builder.load(total), _pair_sums(builder, inputs, weights[r])), total)
-            values = [_lane_sum(builder, builder.load(total)) for total in sums]
+            values = _lane_sums(builder, [builder.load(total) for total in sums])
             return context.make_tuple(builder, signature.return_type, values)
 
         return signature, codegen
@@ -201,7 +219,7 @@ class IntegerLinear:
     """
 
     def __init__(self, weights: QuantizedWeights, streams: int):
-        n, k = weights.weight.shape
+        self.shape = n, k = weights.weight.shape  # [N, K]
         padded = (-(-n // ROWS) * ROWS, -(-k // LANES) * LANES)
         self.weight = np.zeros(padded, dtype=np.int8)
         self.weight[:n, :k] = weights.weight.cpu().numpy()

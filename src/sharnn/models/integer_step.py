@@ -129,6 +129,7 @@ class IntegerStep:
 
     @property
     def memory(self) -> list[Tensor | None]:
+        """Per block the memory ring as float64 (a copy; the kernels hold it in int32)."""
         return [None if ring is None else torch.from_numpy(ring.astype(np.float64)) for ring in self._rings]
 
     @torch.no_grad()
@@ -136,10 +137,11 @@ class IntegerStep:
         """Prepare the weights from the model's (again, after they changed); the state is kept."""
         model = self.model
         table = model.config.vocab_size <= TABLE_MAX_ROWS
-        self.blocks = [
-            _IntegerBlock(block, model.embedding.weight if table and i == 0 else None, self.streams)
-            for i, block in enumerate(model.blocks)
-        ]
+        with compiled.kernel_threads(torch.get_num_threads()):  # block 0's table
+            self.blocks = [
+                _IntegerBlock(block, model.embedding.weight if table and i == 0 else None, self.streams)
+                for i, block in enumerate(model.blocks)
+            ]
         self.embedding = _numpy(model.embedding.weight)
         self.gathered = np.zeros((self.streams, model.config.d_model), dtype=np.float32)
         self.output = IntegerLinear(QuantizedWeights(model.embedding.weight, model.output_bias), self.streams)
