@@ -74,7 +74,8 @@ def ensure_compiled(say: Callable[[str], None] | None = None) -> float:
         for signature in dispatcher.declared_signatures:
             dispatcher.compile(signature)
         if not told and sum(dispatcher.stats.cache_misses.values()) > misses:
-            say(f"sharnn: compiling its kernels for this CPU, once (a few seconds; cached in {cache_folder(dispatcher)})")
+            folder = cache_folder(dispatcher)
+            say(f"sharnn: compiling its kernels for this CPU, once (under a minute; cached in {folder})")
             told = True
     _compiled = True
     return time.perf_counter() - start
