@@ -6,8 +6,9 @@
 - :mod:`.build`: the :class:`LanguageModel` protocol, the class chosen by
   ``config.architecture``, the model fingerprint;
 - :mod:`.step`: one inference position, the reference and the fast step side by side;
-- :mod:`.integer_step`: the integer step, the same bits on every machine, built from
-  :mod:`.exact`'s exactly specified arithmetic;
+- :mod:`.integer_step`: the integer step, the same bits on every machine, on the numba
+  kernels of :mod:`.integer_products` and :mod:`.integer_kernels` and the tables and
+  quantized weights of :mod:`.exact`;
 - :mod:`.hub`: the Hugging Face Hub layout, one mixin for both architectures.
 
 Nothing here imports from :mod:`sharnn.training`, :mod:`sharnn.coding`, the API or the

@@ -1,20 +1,26 @@
-"""Exactly specified arithmetic: the building blocks of :class:`~sharnn.models.integer_step.IntegerStep`,
-whose results are the same bits on every CPU, thread count and torch version
-(docs/compression.md, "The integer step").
+"""Exactly specified arithmetic: the tables and prepared weights of
+:class:`~sharnn.models.integer_step.IntegerStep`, whose results are the same bits on every
+CPU, thread count and torch version (docs/compression.md, "The integer step").
 
 A float result differs between machines only where the order of a sum, or the
 approximation of a function, is left to the kernel: a matrix product's blocking, a
 reduction's vector width, ``exp`` or ``tanh`` from a vector library. Everything else IEEE 754
-fixes to the last bit. So this module computes only with:
+fixes to the last bit. So the integer step computes only with:
 
-- elementwise ``+ - *``, ``reciprocal`` and ``sqrt`` (each correctly rounded, never fused;
-  a division is written as a reciprocal and a product, which torch may otherwise choose
-  for some shapes and not others), ``round``, ``abs``, ``max``, comparisons, gathers;
+- elementwise ``+ - *``, ``reciprocal`` and ``sqrt`` (each correctly rounded, never fused),
+  ``round``, ``abs``, ``max``, comparisons, gathers;
 - sums and matrix products of **integers** whose every partial sum stays at most
   :data:`FP32_EXACT` (float32) or :data:`FP64_EXACT` (float64) in magnitude: every such
   partial sum is representable, so the result is the exact sum in any order;
 - tables of ``sigmoid``, ``tanh`` and ``exp`` computed once with Python's :mod:`decimal`,
   whose ``exp`` is correctly rounded by its specification, then rounded to float.
+
+This module holds its constants, the tables, the weights' quantization
+(:class:`QuantizedWeights`), the output's log weights (:func:`log_weights`, the mixer's
+input) and correctly rounded scalar functions for the constants prepared from the
+weights. The operations themselves are specified in torch by tests/spec_integer_step.py
+and computed by :mod:`sharnn.models.integer_products` and
+:mod:`sharnn.models.integer_kernels`.
 """
 
 from __future__ import annotations
