@@ -22,6 +22,10 @@ one torch call per operation, with the same roundings in the same order:
 Float32 operations stay float32: every constant is a ``np.float32`` (a Python float would
 make numba compute in float64 and round once at the end, which is another number). The
 float64 ones (the LayerNorm, the attention's scales) are exactly the specification's.
+
+The constants of :mod:`sharnn.models.exact` used here (the tables' ranges, the LayerNorm's
+bits, ``TINY``) are compiled in, and numba's cache knows only this file: after changing
+one, delete the cache (``__pycache__/*.nbi``) or touch this file.
 """
 
 from __future__ import annotations
