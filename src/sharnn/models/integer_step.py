@@ -144,7 +144,8 @@ class IntegerStep:
             ]
         self.embedding = _numpy(model.embedding.weight)
         self.gathered = np.zeros((self.streams, model.config.d_model), dtype=np.float32)
-        self.output = IntegerLinear(QuantizedWeights(model.embedding.weight, model.output_bias), self.streams)
+        output = QuantizedWeights(model.embedding.weight.detach().cpu(), model.output_bias)  # quantized on the CPU
+        self.output = IntegerLinear(output, self.streams)
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
