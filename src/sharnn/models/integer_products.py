@@ -17,7 +17,7 @@ The sum runs on the dot products of :func:`_dot_block`: ``ROWS`` weight rows aga
 ``STREAMS`` input rows at once (each weight vector loaded once for four streams, each
 input vector once for four rows), 16-bit integers multiplied in pairs and summed in 32-bit
 lanes, the pattern LLVM turns into ``vpmaddwd`` (SSE2, AVX2) or ``vpdpwssd`` (AVX-512
-VNNI). On this project's AMD EPYC (Zen 5) the step's products take 0.13x (B=1) to 0.57x
+VNNI). On this project's AMD EPYC (Zen 5) the step's products take 0.17x (B=1) to 0.58x
 (B=32) the time of oneDNN's float32 products of the same integers
 (benchmarks/integer_step_speed.py). Inputs of more than 15 bits (``L = 2**15``, rows of
 small weights) take :func:`linear32`, plain loops in int32.
