@@ -4,8 +4,10 @@
 Codes the first ``--bytes`` bytes of a file with ``B = --streams`` streams (as
 ``sharnn compress`` cuts them) and sums ``-log2 p`` of every byte (the ideal code length,
 no coder, no header) under: the fp32 step (:class:`sharnn.models.step.Step`); the integer
-step (:class:`sharnn.models.integer_step.IntegerStep`); and the integer step with one of its
-exactly specified pieces put back to floating point at a time:
+step's specification (tests/spec_integer_step.py: the torch code whose bits the kernels of
+:class:`sharnn.models.integer_step.IntegerStep` compute, one call per operation, so that a
+piece can be swapped); and that specification with one of its exactly specified pieces put
+back to floating point at a time:
 
 - ``products``: the matrix products in float32 with the float weights (no 8-bit weights,
   no integer inputs);
@@ -26,7 +28,9 @@ a mode of the package).
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import ExitStack
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -37,14 +41,16 @@ from common import print_table, write_json
 from compressors import CANTERBURY, WIKITEXT, read_file
 from sharnn.coding.arithmetic import probabilities
 from sharnn.coding.codec import stream_lengths
-from sharnn.models import exact, integer_step
-from sharnn.models.integer_step import IntegerStep
 from sharnn.models.shipped import DEFAULT_MODEL, shipped_folder
 from sharnn.models.step import Step
 from sharnn.training.checkpoint import load_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the specification lives with the tests
+import spec_integer_step as spec
+from spec_integer_step import IntegerStep
 
-class _FloatLinear(exact.ExactLinear):
+
+class _FloatLinear(spec.ExactLinear):
     """The product in float32 with the float weights, as the fp32 step computes it."""
 
     def __init__(self, weight, bias=None):
@@ -60,22 +66,22 @@ def _float_layer_norm(x, eps):
 
 
 def _float_exp_weights(gaps):
-    return exact.EXP_ONE * torch.exp(-gaps)
+    return spec.exact.EXP_ONE * torch.exp(-gaps)
 
 
 VARIANTS = {  # name: the attributes replaced for the run
-    "products": [(integer_step, "ExactLinear", _FloatLinear)],
-    "layer norms": [(exact, "layer_norm", _float_layer_norm)],
+    "products": [(spec, "ExactLinear", _FloatLinear)],
+    "layer norms": [(spec, "layer_norm", _float_layer_norm)],
     "tables": [
-        (exact, "sigmoid", torch.sigmoid),
-        (exact, "tanh", torch.tanh),
-        (exact, "sigmoid_and_tanh", lambda x, split: torch.cat([x[:, :split].sigmoid(), x[:, split:].tanh()], 1)),
+        (spec, "sigmoid", torch.sigmoid),
+        (spec, "tanh", torch.tanh),
+        (spec, "sigmoid_and_tanh", lambda x, split: torch.cat([x[:, :split].sigmoid(), x[:, split:].tanh()], 1)),
     ],
     "attention": [
-        (integer_step, "MEMORY_FRACTION_BITS", 40),
-        (integer_step, "MEMORY_LIMIT", 2.0**70),
-        (integer_step, "QUERY_BITS", 45),
-        (exact, "exp_weights", _float_exp_weights),
+        (spec, "MEMORY_FRACTION_BITS", 40),
+        (spec, "MEMORY_LIMIT", 2.0**70),
+        (spec, "QUERY_BITS", 45),
+        (spec.exact, "exp_weights", _float_exp_weights),
     ],
     "output softmax": [(IntegerStep, "probabilities", staticmethod(probabilities))],
 }

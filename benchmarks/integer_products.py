@@ -1,11 +1,14 @@
-"""The integer step's matrix products in two exact forms, float32 and int8 (docs/compression.md,
-"Why the integer step is slower").
+"""The integer step's matrix products in two exact forms torch has, float32 and int8
+(docs/compression.md, "The integer step's kernels").
 
 The integer step's products are sums of integers, so any kernel that sums them without
-rounding gives the same bits. Two kernels torch offers on the CPU compute them exactly:
+rounding gives the same bits (the step itself sums them with its own numba kernel,
+sharnn.models.integer_products; benchmarks/integer_step_speed.py times it). Two kernels
+torch offers on the CPU compute them exactly:
 
-- ``fp32``: integers held in float32, oneDNN's float32 product (what the step uses; exact
-  while every partial sum stays within 2**24), also the float step's kernel;
+- ``fp32``: integers held in float32, oneDNN's float32 product (what the specification,
+  tests/spec_integer_step.py, uses; exact while every partial sum stays within 2**24), also
+  the float step's kernel;
 - ``int8``: ``torch._int_mm``, int8 x int8 summed in int32 (exact for any inputs of 8 bits);
 
 (A bfloat16 product is no third way: on the CPU torch returns it in bfloat16, its sums
@@ -13,7 +16,8 @@ rounded to 8 bits.) The two results are checked to be equal (exit status 1 if no
 
 Each is timed at the shipped model's shapes and ``B = --streams`` rows, one thread, as the
 median of ``--repeats`` runs of ``--calls`` calls, all in one run; the table gives each
-int8 kernel's time over float32's. Where int8 is faster, the step could use it.
+int8 kernel's time over float32's. (The step's inputs take 10 to 16 bits, so int8 would
+need each input split in two.)
 
     python benchmarks/integer_products.py
     python benchmarks/integer_products.py --streams 8 32 --repeats 5

@@ -245,6 +245,24 @@ def test_integer_products_benchmark_checks_the_kernels_agree_and_times_each(tmp_
         assert row["streams"] == 2 and row["int8_vs_fp32"] == pytest.approx(row["int8_us"] / row["fp32_us"])
 
 
+def test_integer_step_speed_benchmark_times_every_contender(tmp_path):
+    config = load_config("tiny", SMALL)
+    torch.manual_seed(0)
+    checkpoint = write_checkpoint(tmp_path / "ckpt", config, {"model": SHARNN(config.model).state_dict()})
+    out = tmp_path / "speed.json"
+    script = ROOT / "benchmarks" / "integer_step_speed.py"
+    options = ["--model", checkpoint, "--streams", "1", "3", "--positions", "2", "--repeats", "1", "--warmup", "2"]
+    command = [sys.executable, script, *options, "--json", out]
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert [row["streams"] for row in result["rows"]] == [1, 3]
+    for row in result["rows"]:
+        for name in ("spec", "integer", "fp32 products", "integer products"):
+            assert row[f"{name}_ms"] > 0 and row[f"{name}_vs_fp32"] == pytest.approx(row[f"{name}_ms"] / row["fp32_ms"])
+    assert result["kernels_compile_or_load_s"] >= 0 and "integer/fp32" in done.stdout
+
+
 def test_adaptive_mixing_benchmark_gives_every_variant_and_ppmd(tmp_path):
     config = load_config("tiny", SMALL)
     torch.manual_seed(0)

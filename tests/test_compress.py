@@ -189,7 +189,7 @@ def test_compress_codes_on_one_thread_by_default_and_records_the_count_given(mod
     assert torch.get_num_threads() == before  # restored after coding
     assert decompress(blob, model) == TEXT
     for threads in (0, 1025):
-        with pytest.raises(ConfigError, match="threads must be between 1 and 1024"):
+        with pytest.raises(ConfigError, match="threads must be an integer from 1 to 1,024"):
             compress(TEXT, model, threads=threads)
 
 

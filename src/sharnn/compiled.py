@@ -83,7 +83,7 @@ def ensure_compiled(say: Callable[[str], None] | None = None) -> float:
             dispatcher.compile(signature)
         if not told and sum(dispatcher.stats.cache_misses.values()) > misses:
             folder = cache_folder(dispatcher)
-            say(f"sharnn: compiling its kernels for this CPU, once (a few seconds; cached in {folder})")
+            say(f"sharnn: compiling its kernels for this CPU, once (under a minute; cached in {folder})")
             told = True
     _compiled = True
     return time.perf_counter() - start

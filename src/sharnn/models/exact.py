@@ -1,20 +1,26 @@
-"""Exactly specified arithmetic: the building blocks of :class:`~sharnn.models.integer_step.IntegerStep`,
-whose results are the same bits on every CPU, thread count and torch version
-(docs/compression.md, "The integer step").
+"""Exactly specified arithmetic: the tables and prepared weights of
+:class:`~sharnn.models.integer_step.IntegerStep`, whose results are the same bits on every
+CPU, thread count and torch version (docs/compression.md, "The integer step").
 
 A float result differs between machines only where the order of a sum, or the
 approximation of a function, is left to the kernel: a matrix product's blocking, a
 reduction's vector width, ``exp`` or ``tanh`` from a vector library. Everything else IEEE 754
-fixes to the last bit. So this module computes only with:
+fixes to the last bit. So the integer step computes only with:
 
-- elementwise ``+ - *``, ``reciprocal`` and ``sqrt`` (each correctly rounded, never fused;
-  a division is written as a reciprocal and a product, which torch may otherwise choose
-  for some shapes and not others), ``round``, ``abs``, ``max``, comparisons, gathers;
+- elementwise ``+ - *``, ``reciprocal`` and ``sqrt`` (each correctly rounded, never fused),
+  ``round``, ``abs``, ``max``, comparisons, gathers;
 - sums and matrix products of **integers** whose every partial sum stays at most
   :data:`FP32_EXACT` (float32) or :data:`FP64_EXACT` (float64) in magnitude: every such
   partial sum is representable, so the result is the exact sum in any order;
 - tables of ``sigmoid``, ``tanh`` and ``exp`` computed once with Python's :mod:`decimal`,
   whose ``exp`` is correctly rounded by its specification, then rounded to float.
+
+This module holds its constants, the tables, the weights' quantization
+(:class:`QuantizedWeights`), the output's log weights (:func:`log_weights`, the mixer's
+input) and correctly rounded scalar functions for the constants prepared from the
+weights. The operations themselves are specified in torch by tests/spec_integer_step.py
+and computed by :mod:`sharnn.models.integer_products` and
+:mod:`sharnn.models.integer_kernels`.
 """
 
 from __future__ import annotations
@@ -96,51 +102,6 @@ def _on(table, device: torch.device) -> Tensor:
     return table().to(device)
 
 
-def lookup(
-    table: Tensor, x: Tensor, resolution: float, limit: int | Tensor, centre: int | Tensor | None = None
-) -> Tensor:
-    """``table`` at ``x``: the entry of ``round(x * resolution)``, clamped to ``[-limit,
-    limit]``, counted from entry ``centre`` (default ``limit``: a table of ``2 * limit + 1``
-    entries centred on 0). ``limit`` and ``centre`` may be tensors that broadcast against
-    ``x`` (several tables in one). Same shape as ``x``."""
-    index = torch.round(x * resolution)
-    index = index.clamp_(-limit, limit) if isinstance(limit, int) else torch.clamp(index, -limit, limit)
-    index = index.add_(limit if centre is None else centre).int()
-    return table.index_select(0, index.view(-1)).view(x.shape)
-
-
-def largest_magnitude(x: Tensor) -> Tensor:
-    """``max |x|`` over the last dimension, at least :data:`TINY`: ``[..., 1]``."""
-    return x.abs().amax(-1, keepdim=True).clamp_min_(TINY)  # exact; vector_norm(x, inf) takes 4-13x as long
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    """``sigmoid(x)`` of ``x`` rounded to a multiple of 1/1024 (within 2.5e-4 of the exact one)."""
-    return lookup(_on(sigmoid_table, x.device), x, TABLE_RESOLUTION, SIGMOID_RANGE * TABLE_RESOLUTION)
-
-
-def tanh(x: Tensor) -> Tensor:
-    """``tanh(x)`` of ``x`` rounded to a multiple of 1/1024 (within 5e-4 of the exact one)."""
-    return lookup(_on(tanh_table, x.device), x, TABLE_RESOLUTION, TANH_RANGE * TABLE_RESOLUTION)
-
-
-@cache
-def _gate_tables(columns: int, split: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-    """The sigmoid and tanh tables end to end, and per column its limit and centre."""
-    sigmoid_limit, tanh_limit = SIGMOID_RANGE * TABLE_RESOLUTION, TANH_RANGE * TABLE_RESOLUTION
-    table = torch.cat([sigmoid_table(), tanh_table()]).to(device)
-    is_tanh = torch.arange(columns, device=device) >= split
-    limit = torch.where(is_tanh, tanh_limit, sigmoid_limit).float()
-    centre = torch.where(is_tanh, 2 * sigmoid_limit + 1 + tanh_limit, sigmoid_limit).float()
-    return table, limit, centre
-
-
-def sigmoid_and_tanh(x: Tensor, split: int) -> Tensor:
-    """:func:`sigmoid` of ``x[:, :split]`` and :func:`tanh` of ``x[:, split:]`` (``x [B, n]``), in one lookup."""
-    table, limit, centre = _gate_tables(x.shape[-1], split, x.device)
-    return lookup(table, x, TABLE_RESOLUTION, limit, centre)
-
-
 def exp_index(gaps: Tensor) -> Tensor:
     """Each gap ``>= 0`` in nats rounded to a multiple of 1/256, in 1/256 nat, clamped to the
     table's last entry: int32, same shape."""
@@ -156,15 +117,8 @@ def exp_weights(gaps: Tensor) -> Tensor:
 
 def log_weights(logits: Tensor) -> Tensor:
     """``-gap`` of each logit to the largest of its row (``[..., V]`` float32), in 1/256 nat as
-    :func:`softmax` rounds it: the logarithms of its weights up to a constant, int32."""
+    the output's probabilities round it: the logarithms of its weights up to a constant, int32."""
     return -exp_index((logits.amax(-1, keepdim=True) - logits).double())
-
-
-def softmax(logits: Tensor) -> Tensor:
-    """Probabilities ``[..., V]`` float64 from float32 ``logits [..., V]``: weights from
-    :func:`exp_weights` of each logit's gap to the largest, divided by their exact sum."""
-    weights = exp_weights((logits.amax(-1, keepdim=True) - logits).double())
-    return weights * weights.sum(-1, keepdim=True).reciprocal()
 
 
 def scalar_sigmoid(x: float) -> float:
@@ -184,49 +138,31 @@ def scalar_tanh(x: float) -> float:
 # ------------------------------------------------------------------ products and LayerNorm
 
 
-_POWERS_OF_TWO = torch.tensor([2.0**k for k in range(-160, 161)], dtype=torch.float64)
+def layer_norm_bits(n: int) -> int:
+    """The bits of the integers a LayerNorm of ``n`` features rounds its input to:
+    :data:`LAYER_NORM_BITS`, fewer for ``n`` > 512, so that ``n^2 q^2 < 2**53``."""
+    return min(LAYER_NORM_BITS, (52 - 2 * math.ceil(math.log2(n))) // 2)
 
 
-def power_of_two(exponent: Tensor) -> Tensor:
-    """``2 ** exponent`` for integer ``exponent`` in [-160, 160], exactly (float64)."""
-    index = exponent.clamp(-160, 160).add_(160).int()
-    return _POWERS_OF_TWO.to(exponent.device).index_select(0, index.view(-1)).view(exponent.shape)
-
-
-def layer_norm(x: Tensor, eps: float) -> Tensor:
-    """``(x - mean) / sqrt(var + eps)`` over the last dimension of ``x [B, n]`` (float32),
-    without gain or bias: ``[B, n]`` float32.
-
-    Each row is scaled by a power of two so its largest entry lies in [2**(b-1), 2**b) (``b`` =
-    17, fewer for ``n`` > 512, so that ``n^2 q^2 < 2**53``) and
-    rounded to integers ``q``; ``sum q`` and ``sum q^2`` are then exact in float64, and
-    ``(n q - sum q) / sqrt(n sum q^2 - (sum q)^2 + eps n^2 scale^2)`` is a few correctly
-    rounded operations.
-    """
-    n = x.shape[-1]
-    bits = min(LAYER_NORM_BITS, (52 - 2 * math.ceil(math.log2(n))) // 2)  # n^2 q^2 stays below 2**53
-    largest = largest_magnitude(x)
-    scale = power_of_two(bits - torch.frexp(largest).exponent)  # largest * scale in [2**(bits-1), 2**bits)
-    q = torch.round(x.double() * scale)
-    total = q.sum(-1, keepdim=True)
-    centred = q * n - total
-    spread = (q * q).sum(-1, keepdim=True) * n - total * total  # n^2 times the variance of q, exactly
-    return (centred * torch.sqrt(spread + scale * scale * (eps * n * n)).reciprocal()).float()
-
-
-class ExactLinear:
-    """``x @ weight^T + bias`` with ``weight`` rounded to integers in [-127, 127] per output
-    row, ``x`` to integers in [-L, L] per row (``L``: :attr:`levels`), and their product
-    summed exactly in float32.
+class QuantizedWeights:
+    """The weights of an exact product ``x @ weight^T + bias``: ``weight`` rounded to
+    integers in [-127, 127] per output row, and the levels ``L`` its input is rounded to.
 
     ``L`` is the largest that keeps every partial sum of every row within 2**24:
     ``L * max_row(sum |w_q|) <= 2**24`` (at most :data:`MAX_ACTIVATION_LEVELS`), so the
-    product is exact whatever kernel computes it. The result is ``acc * w_scale * x_scale +
-    bias``, each operation rounded once.
+    product of the integers is exact however it is summed. The product's result is ``acc *
+    weight_scale * x_scale + bias``, each operation rounded once (docs/compression.md, "The
+    integer step"; :mod:`sharnn.models.integer_products` computes it).
 
     Args:
         weight: ``[N, K]`` float32.
         bias: ``[N]`` float32, or None.
+
+    Attributes:
+        weight: ``[N, K]`` float32 integers in [-127, 127].
+        weight_scale: ``[N]`` float32, ``max_row |weight| / 127``.
+        bias: as given.
+        levels: ``L``.
 
     Raises:
         ValueError: a row so long that fewer than 2 levels remain for ``x``.
@@ -241,21 +177,3 @@ class ExactLinear:
         self.levels = min(MAX_ACTIVATION_LEVELS, FP32_EXACT // max(row_sum, 1))
         if self.levels < 2:
             raise ValueError(f"a product with rows of {weight.shape[1]} inputs is too long to sum exactly in float32")
-
-    def __call__(self, x: Tensor, product) -> Tensor:
-        """``x [B, K]`` float32 -> ``[B, N]`` float32; ``product(a, w)`` is the float32 matrix
-        product ``a @ w^T`` (any kernel: the sums are exact)."""
-        largest = largest_magnitude(x)
-        q = torch.round(x * (largest.reciprocal() * self.levels))
-        result = product(q, self.weight) * self.weight_scale * (largest * (1 / self.levels))
-        return result if self.bias is None else result + self.bias
-
-
-def products_are_exact(product) -> bool:
-    """Whether ``product`` (as :class:`ExactLinear`'s) sums integers exactly in float32 on
-    this machine: false where it rounds its inputs to bfloat16 or TF32 (for example
-    under ``ONEDNN_DEFAULT_FPMATH_MODE=BF16``), which would make the integer step's results
-    differ between machines."""
-    a = torch.tensor([[4097.0, 1.0, -3.0]])
-    w = torch.tensor([[4095.0, 3.0, 1.0], [1.0, 4097.0, 255.0]])
-    return product(a, w).tolist() == [[4097.0 * 4095 + 3 - 3, 4097.0 + 4097 - 765]]

@@ -3,52 +3,70 @@ that its results are the same bits on every CPU kind, thread count and torch ver
 (docs/compression.md, "The integer step"). ``sharnn compress`` codes with it by default
 (format versions 4 and 5), so that a file decodes on any machine.
 
-It is the quantized twin of :class:`~sharnn.models.step.Step`, built only from the exactly
-specified operations of :mod:`sharnn.models.exact`:
+It is the quantized twin of :class:`~sharnn.models.step.Step`, specified operation by
+operation in torch (tests/spec_integer_step.py) and computed by numba kernels that give
+the same bits (:mod:`sharnn.compiled`'s rules):
 
 - every matrix product: weights rounded to 8-bit integers per output row, inputs to
-  integers per row, their products summed exactly in float32 (:class:`ExactLinear`);
-- every LayerNorm: its input rounded to 16-bit integers per row, the mean and variance
-  from exact integer sums (:func:`exact.layer_norm`);
-- sigmoid, tanh (the LSTM's gates and cell, the Boom's GELU) from tables;
-- the attention: the memory as integers in units of 2**-10 and the query as integers per
-  row, both in float64, whose score sums are exact; the softmax's weights are integers
-  from a table of ``exp``, and the weighted sum of the memory is exact in float64;
-- the output's probabilities: integer weights from the same ``exp`` table over their
-  exact sum (:func:`exact.softmax`).
+  integers per row, their products summed exactly in int32
+  (:mod:`sharnn.models.integer_products`);
+- everything between the products, in a few kernels per block
+  (:mod:`sharnn.models.integer_kernels`): the exact LayerNorms (inputs rounded to
+  integers, their sums exact in float64), sigmoid and tanh from tables, the cell update,
+  the attention over the memory in fixed point (integer scores, integer weights from a
+  table of ``exp``, an exact weighted sum), the Boom's GELU and chunk sum, and the
+  output's probabilities, integer weights from the same ``exp`` table over their exact sum.
 
-Elementwise operations are written one at a time (never fused into one rounding), and
-every constant prepared from the weights (the value gate, the query's gates) is computed
+Every constant prepared from the weights (the value gate, the query's gates) is computed
 with correctly rounded scalar functions.
 """
 
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .. import compiled
 from ..errors import ConfigError
-from . import exact
-from .exact import ExactLinear
+from . import exact, integer_kernels as kernels
+from .exact import QuantizedWeights
+from .integer_kernels import MEMORY_LIMIT
+from .integer_products import IntegerLinear
 from .lstm import LayerNormLSTM
 from .sharnn import SHARNN, Block
-from .step import GELU_SLOPE, TABLE_MAX_ROWS, gate_weights, linear, zero_state
+from .step import TABLE_MAX_ROWS, gate_weights
 
-INTEGER_STEP_VERSION = 1  # what a format-4 file records; a change to any number below makes a new version
+INTEGER_STEP_VERSION = (
+    1  # what a format-4 file records; a change to any number of the specification makes a new version
+)
 
-MEMORY_FRACTION_BITS = 10  # the memory ring holds LN_mem's outputs in units of 2**-10 ...
-MEMORY_LIMIT = 2**15  # ... clamped to [-32, 32]
-QUERY_BITS = 15  # the query: integers below 2**15 per row
 MAX_SPAN = exact.FP64_EXACT // (exact.EXP_ONE * MEMORY_LIMIT)  # 16,384 positions: the weighted sum stays exact
+
+
+@cache
+def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sigmoid and tanh tables (float32) and the ``exp`` table (int64), as the kernels take them."""
+    return exact.sigmoid_table().numpy(), exact.tanh_table().numpy(), exact.exp_table().numpy().astype(np.int64)
+
+
+def _numpy(tensor: Tensor) -> np.ndarray:
+    """A parameter as a C-contiguous float32 array on the CPU."""
+    return np.ascontiguousarray(tensor.detach().cpu().numpy(), dtype=np.float32)
+
+
+def _norm(norm: torch.nn.LayerNorm) -> np.ndarray:
+    """A LayerNorm's gain and bias: ``[2, n]`` float32."""
+    return np.stack([_numpy(norm.weight), _numpy(norm.bias)])
 
 
 def _exactly(function, values: Tensor) -> Tensor:
     """``function`` (correctly rounded, on Python floats) of every entry: float64, same shape."""
     flat = [function(v) for v in values.detach().double().flatten().tolist()]
-    return torch.tensor(flat, dtype=torch.float64, device=values.device).view(values.shape)
+    return torch.tensor(flat, dtype=torch.float64).view(values.shape)
 
 
 def _exact_affine(weight: Tensor, x: Tensor, bias: Tensor) -> Tensor:
@@ -57,13 +75,7 @@ def _exact_affine(weight: Tensor, x: Tensor, bias: Tensor) -> Tensor:
     return torch.tensor(
         [math.fsum([*(w * v for w, v in zip(row, xs)), b]) for row, b in zip(rows, bias.double().tolist())],
         dtype=torch.float64,
-        device=x.device,
     )
-
-
-def _affine(normed: Tensor, norm: torch.nn.LayerNorm) -> Tensor:
-    """A LayerNorm's gain and bias on its normalised input ``[B, n]``: a product, then a sum."""
-    return normed * norm.weight + norm.bias
 
 
 class IntegerStep:
@@ -74,6 +86,9 @@ class IntegerStep:
         step = IntegerStep(model, streams=8)
         probs = step.probabilities(step(tokens))   # tokens [B] int64 -> [B, 256] float64
 
+    The kernels run on the CPU (the model may be on a GPU: its weights are copied), on
+    torch's thread count (``torch.set_num_threads``), which changes no bit.
+
     Args:
         model: a trained :class:`~sharnn.models.sharnn.SHARNN` (float32), on the CPU or a
             GPU; its weights are read, never changed.
@@ -83,14 +98,13 @@ class IntegerStep:
 
     Attributes:
         position: positions run.
-        lstm: per block ``(h, c)``, each ``[B, d]`` float32.
+        lstm: per block ``(h, c)``, each ``[B, d]`` float32 on the CPU, updated in place.
         memory: per block the ring ``[B, R, d]`` float64 of integers (``LN_mem`` in units
-            of 2**-10), position ``p`` in slot ``p % R``; None without attention.
+            of 2**-10), position ``p`` in slot ``p % R``; None without attention. A copy.
 
     Raises:
-        ConfigError: a model that is not an SHA-RNN, ``streams`` < 1, an attention span over
-            :data:`MAX_SPAN`, or a machine whose float32 products round their inputs
-            (:func:`exact.products_are_exact`).
+        ConfigError: a model that is not an SHA-RNN, ``streams`` < 1, or an attention span
+            over :data:`MAX_SPAN`.
     """
 
     def __init__(self, model: SHARNN, streams: int, positions: int | None = None):
@@ -101,30 +115,41 @@ class IntegerStep:
         span = model.config.attention_span
         if span > MAX_SPAN:
             raise ConfigError(f"the integer step holds at most {MAX_SPAN:,} positions of memory, not {span:,}")
-        if not exact.products_are_exact(linear):
-            raise ConfigError(
-                "this machine's float32 matrix products round their inputs (ONEDNN_DEFAULT_FPMATH_MODE or "
-                "TF32?), so the integer step cannot be exact here"
-            )
+        compiled.ensure_compiled()
         self.model, self.streams, self.limit = model, streams, positions
         self.position = 0
-        self.slots, self.lstm, self.memory = zero_state(model, streams, positions, torch.float64)
+        self.slots = span if positions is None else max(1, min(span, positions))
+        d = model.config.d_model
+        self.lstm = [(torch.zeros(streams, d), torch.zeros(streams, d)) for _ in model.blocks]
+        self._rings = [
+            None if block.attention is None else np.zeros((streams, self.slots, d), dtype=np.int32)
+            for block in model.blocks
+        ]
         self.refresh()
+
+    @property
+    def memory(self) -> list[Tensor | None]:
+        """Per block the memory ring as float64 (a copy; the kernels hold it in int32)."""
+        return [None if ring is None else torch.from_numpy(ring.astype(np.float64)) for ring in self._rings]
 
     @torch.no_grad()
     def refresh(self) -> None:
         """Prepare the weights from the model's (again, after they changed); the state is kept."""
         model = self.model
         table = model.config.vocab_size <= TABLE_MAX_ROWS
-        self.blocks = [
-            _IntegerBlock(block, model.embedding.weight if table and i == 0 else None)
-            for i, block in enumerate(model.blocks)
-        ]
-        self.output = ExactLinear(model.embedding.weight, model.output_bias)
+        with compiled.kernel_threads(torch.get_num_threads()):  # block 0's table
+            self.blocks = [
+                _IntegerBlock(block, model.embedding.weight if table and i == 0 else None, self.streams)
+                for i, block in enumerate(model.blocks)
+            ]
+        self.embedding = _numpy(model.embedding.weight)
+        self.gathered = np.zeros((self.streams, model.config.d_model), dtype=np.float32)
+        output = QuantizedWeights(model.embedding.weight.detach().cpu(), model.output_bias)  # quantized on the CPU
+        self.output = IntegerLinear(output, self.streams)
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
-        """``tokens [B]`` (int64, on the model's device) -> logits ``[B, V]`` float32.
+        """``tokens [B]`` (int64, on the model's device) -> logits ``[B, V]`` float32 (there).
 
         Raises:
             ValueError: more positions than ``positions``.
@@ -132,117 +157,161 @@ class IntegerStep:
         if self.limit is not None and self.position >= self.limit:
             raise ValueError(f"the step was made for {self.limit} positions")
         slot, filled = self.position % self.slots, min(self.position + 1, self.slots)
-        x = None if self.blocks[0].table is not None else self.model.embedding.weight[tokens]
-        for i, block in enumerate(self.blocks):
-            self.lstm[i] = block.recurrence(x, tokens, self.lstm[i])
-            u = self.lstm[i][0]
-            x = block.feed_forward(u if self.memory[i] is None else block.attend(u, self.memory[i], slot, filled))
+        tokens_here = np.ascontiguousarray(tokens.cpu().numpy(), dtype=np.int64)
+        with compiled.kernel_threads(torch.get_num_threads()):
+            x = None
+            if self.blocks[0].table is None:
+                x = np.take(self.embedding, tokens_here, axis=0, out=self.gathered)
+            for block, (h, c), ring in zip(self.blocks, self.lstm, self._rings):
+                block.recurrence(x, tokens_here, h.numpy(), c.numpy())
+                y = h.numpy() if ring is None else block.attend(h.numpy(), ring, slot, filled)
+                x = block.feed_forward(y)
+            logits = self.output(x).copy()
         self.position += 1
-        return self.output(x, linear)
+        return torch.from_numpy(logits).to(self.model.embedding.weight.device)
 
     @staticmethod
     def probabilities(logits: Tensor) -> np.ndarray:
         """Logits ``[B, V]`` -> probabilities ``[B, V]`` float64 for the coder, exactly
-        specified (:func:`exact.softmax`)."""
-        return exact.softmax(logits).cpu().numpy()
+        specified: the ``exp`` table's weights of the logits' gaps to the largest (in 1/256
+        nat) over their exact sum."""
+        return _output_weights(logits)[0]
+
+    @staticmethod
+    def log_weights(logits: Tensor) -> np.ndarray:
+        """Logits ``[B, V]`` -> the logarithms of their weights in 1/256 nat, int32 ``[B, V]``:
+        what :func:`sharnn.models.exact.log_weights` computes, the mixer's input."""
+        return _output_weights(logits)[1]
+
+
+def _output_weights(logits: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~sharnn.models.integer_kernels.output_weights` of ``logits [B, V]``."""
+    values = np.ascontiguousarray(logits.detach().cpu().numpy(), dtype=np.float32)
+    probabilities = np.empty(values.shape, dtype=np.float64)
+    log_weights = np.empty(values.shape, dtype=np.int32)
+    with compiled.kernel_threads(torch.get_num_threads()):
+        kernels.output_weights(values, _tables()[2], probabilities, log_weights)
+    return probabilities, log_weights
 
 
 class _IntegerBlock:
-    """One block's weights as the integer step uses them; with ``embedding`` (``[V, d]``,
-    block 0's input), its input-to-gates table, computed by the same exact arithmetic."""
+    """One block's weights as the kernels take them, and its buffers for ``streams`` streams;
+    with ``embedding`` (``[V, d]``, block 0's input), its input-to-gates table, computed by
+    the same kernels."""
 
-    def __init__(self, block: Block, embedding: Tensor | None):
-        self.block = block
+    def __init__(self, block: Block, embedding: Tensor | None, streams: int):
         self.eps = block.ln_start.eps
-        self.ln_lstm = isinstance(block.lstm, LayerNormLSTM)
-        w_ih, w_hh, self.bias = gate_weights(block.lstm)
-        if embedding is not None or self.ln_lstm:
-            self.from_input = ExactLinear(w_ih, None if self.ln_lstm else self.bias)
-            self.from_h = ExactLinear(w_hh)
-        else:  # the two products as one
-            self.fused = ExactLinear(torch.cat([w_ih, w_hh], dim=1), self.bias)
-        self.table = None if embedding is None else self._gates_from_input(embedding)
+        self.d = block.ln_start.weight.shape[0]
+        self._prepare_recurrence(block, embedding, streams)
         if block.attention is not None:
-            self._prepare_attention()
-        ff = block.feed_forward
-        up = ff.boom.linear if ff.mlp is None else ff.mlp.up
-        self.up = ExactLinear(up.weight, up.bias)
-        self.down = None if ff.mlp is None else ExactLinear(ff.mlp.down.weight, ff.mlp.down.bias)
+            self._prepare_attention(block, streams)
+        self._prepare_feed_forward(block, streams)
 
-    def _gates_from_input(self, x: Tensor) -> Tensor:
-        """The gates' part from the block's input ``x [N, d]``, the bias included: ``[N, 4d]``."""
-        gates = self.from_input(_affine(exact.layer_norm(x, self.eps), self.block.ln_start), linear)
-        if self.ln_lstm:
-            return _affine(exact.layer_norm(gates, self.eps), self.block.lstm.ln_ih) + self.bias
-        return gates
-
-    def recurrence(self, x: Tensor | None, tokens: Tensor, state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-        """The LSTM (or LN-LSTM) of one position, as :class:`Step`'s, in exact arithmetic."""
-        h, c = state
-        d = h.shape[1]
-        if self.table is None and not self.ln_lstm:
-            gates = self.fused(torch.cat([_affine(exact.layer_norm(x, self.eps), self.block.ln_start), h], 1), linear)
+    def _prepare_recurrence(self, block: Block, embedding: Tensor | None, streams: int) -> None:
+        """The gate products, the LN-LSTM's LayerNorms and the kind of gates (:data:`kernels.FUSED`, ...)."""
+        ln_lstm = isinstance(block.lstm, LayerNormLSTM)
+        w_ih, w_hh, bias = (weight.detach().cpu() for weight in gate_weights(block.lstm))
+        self.bias, self.ln_start = _numpy(bias), _norm(block.ln_start)
+        unused = np.zeros((2, 4 * self.d), dtype=np.float32)
+        self.ln_ih, self.ln_hh = (_norm(block.lstm.ln_ih), _norm(block.lstm.ln_hh)) if ln_lstm else (unused, unused)
+        self.ln_cell = _norm(block.lstm.ln_cell) if ln_lstm else unused[:, : self.d]
+        from_input = QuantizedWeights(w_ih, None if ln_lstm else bias)
+        if embedding is None and not ln_lstm:  # the two products as one
+            self.kind, self.fused = (
+                kernels.FUSED,
+                IntegerLinear(QuantizedWeights(torch.cat([w_ih, w_hh], 1), bias), streams),
+            )
         else:
-            from_input = self._gates_from_input(x) if self.table is None else self.table[tokens]
-            from_h = self.from_h(h, linear)
-            if self.ln_lstm:
-                from_h = _affine(exact.layer_norm(from_h, self.eps), self.block.lstm.ln_hh)
-            gates = from_input + from_h
-        f, i, o, g = exact.sigmoid_and_tanh(gates, 3 * d).chunk(4, dim=1)
-        c = f * c + i * g
-        cell = _affine(exact.layer_norm(c, self.eps), self.block.lstm.ln_cell) if self.ln_lstm else c
-        return o * exact.tanh(cell), c
+            self.from_h = IntegerLinear(QuantizedWeights(w_hh), streams)
+            self.from_input = IntegerLinear(from_input, streams) if embedding is None else None
+            self.kind = [kernels.TABLE, kernels.LN_TABLE][ln_lstm] if embedding is not None else kernels.LN_PRODUCT
+        self.staged = np.zeros((streams, (2 if self.kind == kernels.FUSED else 1) * self.d), dtype=np.float32)
+        self.table = None if embedding is None else self._gates_from_input(_numpy(embedding), from_input, ln_lstm)
 
-    def _prepare_attention(self) -> None:
+    def _gates_from_input(self, x: np.ndarray, weights: QuantizedWeights, ln_lstm: bool) -> np.ndarray:
+        """The gates' part from the block's input ``x [N, d]``, the bias included: ``[N, 4d]``."""
+        staged = np.zeros_like(x)
+        kernels.block_input(x, self.ln_start, self.eps, x, staged)
+        gates = IntegerLinear(weights, x.shape[0])(staged)
+        if not ln_lstm:
+            return gates
+        table = np.empty_like(gates)
+        kernels.input_gates(gates, self.ln_ih, self.bias, self.eps, table)
+        return table
+
+    def recurrence(self, x: np.ndarray | None, tokens: np.ndarray, h: np.ndarray, c: np.ndarray) -> None:
+        """The LSTM (or LN-LSTM) of one position, as :class:`Step`'s: ``h`` and ``c``
+        (``[B, d]``) updated in place from the input ``x [B, d]`` (None with a table, which
+        reads ``tokens [B]``)."""
+        if self.kind == kernels.FUSED:
+            kernels.block_input(x, self.ln_start, self.eps, h, self.staged)
+            gates = from_input = self.fused(self.staged)
+        else:
+            gates = from_input = self.from_h(h)
+            if self.kind == kernels.LN_PRODUCT:
+                kernels.block_input(x, self.ln_start, self.eps, h, self.staged)
+                from_input = self.from_input(self.staged)
+        table = gates if self.table is None else self.table
+        kernels.recurrence(
+            gates, from_input, table, tokens, self.kind, self.ln_ih, self.ln_hh, self.bias, self.ln_cell, self.eps,
+            *_tables()[:2], h, c,
+        )  # fmt: skip
+
+    def _prepare_attention(self, block: Block, streams: int) -> None:
         """The value gate's constant; the query's gates and ``1/sqrt(d)`` in ``ln_query``'s
         gain and bias (as :class:`Step`'s), with correctly rounded scalar functions."""
-        head = self.block.attention.head
+        sublayer = block.attention
+        head = sublayer.head
         if hasattr(head, "value_gate"):  # collapsed
-            gate = head.value_gate.double()
+            gate = head.value_gate.detach().cpu().double()
         elif not hasattr(head, "value_gate_net"):
             gate = _exactly(exact.scalar_sigmoid, head.gate_v)
         else:
             net = head.value_gate_net
             c, f = _exact_affine(net.weight, _exactly(exact.scalar_sigmoid, head.gate_v), net.bias).chunk(2)
             gate = _exactly(exact.scalar_sigmoid, f) * _exactly(exact.scalar_tanh, c)
-        self.value_gate = gate.float()
+        self.value_gate = _numpy(gate.float())
         scale = _exactly(exact.scalar_sigmoid, head.gate_q) * _exactly(exact.scalar_sigmoid, head.gate_k) * head.scale
-        self.query_gain = (head.ln_query.weight.double() * scale).float()
-        self.query_bias = (head.ln_query.bias.double() * scale).float()
-        self.query = ExactLinear(head.query.weight, head.query.bias)
+        gain, bias = (
+            head.ln_query.weight.detach().cpu().double() * scale,
+            head.ln_query.bias.detach().cpu().double() * scale,
+        )
+        self.ln_query = np.stack([_numpy(gain.float()), _numpy(bias.float())])
+        self.ln_mem, self.ln_mid = _norm(sublayer.ln_mem), _norm(sublayer.ln_mid)
+        self.query = IntegerLinear(QuantizedWeights(head.query.weight.detach().cpu(), head.query.bias), streams)
+        self.r, self.y = (np.zeros((streams, self.d), dtype=np.float32) for _ in "ry")
 
-    def attend(self, u: Tensor, ring: Tensor, slot: int, filled: int) -> Tensor:
+    def attend(self, u: np.ndarray, ring: np.ndarray, slot: int, filled: int) -> np.ndarray:
         """``y = LN_mid(u) + g_v * Attn(LN_mid(u), memory)`` for ``u [B, d]``, ``LN_mem(u)``
-        written into ``ring`` at ``slot`` first. Returns ``y [B, d]`` float32."""
-        sublayer = self.block.attention
-        normed = exact.layer_norm(u, self.eps)  # shared by LN_mem and LN_mid
-        key = torch.round(_affine(normed, sublayer.ln_mem).double() * 2.0**MEMORY_FRACTION_BITS)
-        ring[:, slot] = key.clamp_(-MEMORY_LIMIT, MEMORY_LIMIT)
-        r = _affine(normed, sublayer.ln_mid)
-        query = exact.layer_norm(self.query(r, linear), self.eps) * self.query_gain + self.query_bias
-        largest = exact.largest_magnitude(query)
-        scale = exact.power_of_two(QUERY_BITS - torch.frexp(largest).exponent)  # [B, 1]
-        query = torch.round(query.double() * scale)  # integers below 2**15
-        memory = ring[:, :filled]  # [B, n, d]
-        scores = torch.bmm(query.unsqueeze(1), memory.transpose(1, 2))  # [B, 1, n] integers, exact
-        unit = (scale * 2.0**MEMORY_FRACTION_BITS).reciprocal().unsqueeze(1)  # a score's value in nats
-        weights = exact.exp_weights((scores.amax(-1, keepdim=True) - scores) * unit)  # [B, 1, n]
-        total = torch.bmm(weights, memory).squeeze(1)  # [B, d] integers, exact
-        per_unit = weights.sum(-1).reciprocal() * 2.0**-MEMORY_FRACTION_BITS  # [B, 1]
-        return r + self.value_gate * (total * per_unit).float()
+        written into ``ring [B, R, d]`` at ``slot`` first. Returns ``y [B, d]`` float32 (a buffer)."""
+        kernels.attention_input(u, ring, slot, self.ln_mem, self.ln_mid, self.eps, self.r)
+        query = self.query(self.r)
+        kernels.attention(query, ring, filled, self.ln_query, self.value_gate, self.r, self.eps, _tables()[2], self.y)
+        return self.y
 
-    def feed_forward(self, y: Tensor) -> Tensor:
+    def _prepare_feed_forward(self, block: Block, streams: int) -> None:
+        """The Boom's (or MLP's) products and ``LN_xff`` and ``LN_ff``."""
+        ff = block.feed_forward
+        up = ff.boom.linear if ff.mlp is None else ff.mlp.up
+        self.up = IntegerLinear(QuantizedWeights(up.weight.detach().cpu(), up.bias), streams)
+        self.down = (
+            None
+            if ff.mlp is None
+            else IntegerLinear(QuantizedWeights(ff.mlp.down.weight.detach().cpu(), ff.mlp.down.bias), streams)
+        )
+        self.ln_xff, self.ln_ff = _norm(ff.ln_xff), _norm(ff.ln_ff)
+        self.normed, self.inner, self.z = (np.zeros((streams, self.d), dtype=np.float32) for _ in "niz")
+        self.hidden = None if self.down is None else np.zeros((streams, up.weight.shape[0]), dtype=np.float32)
+
+    def feed_forward(self, y: np.ndarray) -> np.ndarray:
         """``z = LN_ff(y) + Boom(LN_xff(y))`` (or the MLP) for ``y [B, d]``, one exact
-        normalisation shared by both LayerNorms. Returns ``z [B, d]`` float32."""
-        ff = self.block.feed_forward
-        normed = exact.layer_norm(y, self.eps)
-        pre = self.up(_affine(normed, ff.ln_xff), linear)  # [B, F]
-        hidden = pre * exact.sigmoid(pre * GELU_SLOPE)  # the model's GELU
-        if self.down is not None:
-            inner = self.down(hidden, linear)
-        else:  # the Boom: the F/d chunks summed in order, one rounding each
-            chunks = hidden.unflatten(-1, (-1, y.shape[1])).unbind(1)
-            inner = chunks[0]
-            for chunk in chunks[1:]:
-                inner = inner + chunk
-        return _affine(normed, ff.ln_ff) + inner
+        normalisation shared by both LayerNorms. Returns ``z [B, d]`` float32 (a buffer)."""
+        kernels.feed_forward_input(y, self.ln_xff, self.eps, self.normed, self.inner)
+        pre = self.up(self.inner)  # [B, F]
+        sigmoid = _tables()[0]
+        if self.down is None:
+            kernels.boom(pre, self.normed, self.ln_ff, sigmoid, self.z)
+        else:
+            kernels.gelu(pre, sigmoid, self.hidden)
+            kernels.residual(self.down(self.hidden), self.normed, self.ln_ff, self.z)
+        return self.z
