@@ -21,7 +21,6 @@ all at once and says in one line on standard error when it compiles.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -29,17 +28,11 @@ from contextlib import contextmanager
 
 import numba
 
-# numba's OpenMP threading layer shares OpenMP with torch: launching it resets torch's
-# thread count (torch.set_num_threads(1), then a parallel kernel's first call: torch
-# reports 2), which a float file records and decodes with. Its own work queue shares
-# nothing; NUMBA_THREADING_LAYER still overrides.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
-
 KERNELS: list = []  # every kernel, for ensure_compiled and the rules' test
 PARALLEL_KERNELS: list = []  # the kernels compiled with parallel=True
 
 _compiled = False
+_pool_started = False
 
 
 def kernel(*signatures: str, parallel: bool = False) -> Callable:
@@ -75,6 +68,7 @@ def ensure_compiled(say: Callable[[str], None] | None = None) -> float:
     global _compiled
     if _compiled:
         return 0.0
+    start_pool()
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     start, told = time.perf_counter(), False
     for dispatcher in KERNELS:
@@ -98,9 +92,27 @@ def cache_folder(dispatcher) -> str:
 def kernel_threads(count: int) -> Iterator[None]:
     """Run the parallel kernels on ``min(count, numba's thread pool)`` threads; the previous
     count is restored. The bits do not depend on it (the module's rules)."""
+    start_pool()
     previous = numba.get_num_threads()
     numba.set_num_threads(max(1, min(count, numba.config.NUMBA_NUM_THREADS)))
     try:
         yield
     finally:
         numba.set_num_threads(previous)
+
+
+def start_pool() -> None:
+    """Start numba's thread pool, keeping torch's thread count. Its OpenMP layer (the
+    fastest here: its work queue took 3.4x as long to code a file) shares OpenMP with torch,
+    and starting it resets the count torch reads (``torch.set_num_threads(1)``, then a
+    parallel kernel's first call: torch reports 2), which a float file records and decodes
+    with. Started here, once, with torch's count put back, the two keep their own counts."""
+    global _pool_started
+    if _pool_started:
+        return
+    import torch  # here, not at the top: the command line's --help imports no torch
+
+    previous = torch.get_num_threads()
+    numba.get_num_threads()  # starts the pool
+    torch.set_num_threads(previous)
+    _pool_started = True
