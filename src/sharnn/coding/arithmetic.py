@@ -42,7 +42,7 @@ START_BYTE = 10  # every stream starts after a newline
 
 PROGRESS_EVERY = 256  # positions between progress updates
 MIXINGS = (1, 2)  # the mixing versions this sharnn decodes (sharnn.coding.mixing, sharnn.coding.matching)
-DEFAULT_MIXING = MIXING_VERSION  # what compress writes: version 1 (docs/compression.md, "Adapting to the file")
+DEFAULT_MIXING = 2  # what compress writes (docs/compression.md, "Adapting to the file")
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,10 @@ APM_POINTS = 33  # each APM row: 33 points of st from -2048 to 2048 (1/256 nat)
 APM_RATE = 4  # an APM point moves 1/64 of the way to its target
 APM_ORDER2_BITS = 16
 APM_SHARES = (0, 2, 2)  # p' = (p + a_1 + 2 a_2) / 4
-PARTS = (1, 1)  # whether the match model and the APMs run (0: off, a measurement of what each gives)
+PARTS = (1, 1, 1)  # whether the match model, the APMs, the extra contexts run (0: off, to measure what each gives)
 # The mixers' weight sets: by the contexts seen and the match's length (none, < 16, < 32, longer); by the previous byte
 SELECTORS = (4 * (len(ORDERS) + 1), 257)
-_MATCH_MODEL = len(ORDERS) + 1  # the match model's index among the models (after the context models)
+EXTRA = 2  # context models besides version 1's: the last two words; bytes 2 to 4 back
 _SALT = np.uint64(0x51ED2701)
 
 _MATCH = "Tuple((uint8[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1]))"  # buffer, candidates, state, hits
@@ -105,6 +105,33 @@ def _hit_logs() -> np.ndarray:
     return fixed_log(values)
 
 
+@kernel("void(uint64[:, ::1], uint64[::1], uint64[::1], uint64[:, ::1])")
+def _hash_more(history, word, previous, hashes):
+    """The hashes of the extra contexts, after version 1's (:func:`sharnn.coding.mixing._hash_contexts`) in
+    ``hashes``: the current and the previous word (``previous [B]``) and the last byte;
+    the bytes 2 to 4 back."""
+    if hashes.shape[0] < len(ORDERS) + 1 + EXTRA:
+        return
+    for b in range(len(word)):
+        value = ((word[b] ^ _SALT) * mixing._MULTIPLIER ^ previous[b]) * mixing._MULTIPLIER + np.uint64(1)
+        if word[b] == np.uint64(0):
+            value = (value ^ history[b, 0]) * mixing._MULTIPLIER
+        hashes[len(ORDERS) + 1, b] = value
+        value = _SALT + np.uint64(2)
+        for j in range(1, 4):
+            value = (value ^ history[b, j]) * mixing._MULTIPLIER + np.uint64(j)
+        hashes[len(ORDERS) + 2, b] = value
+
+
+@kernel("void(uint64[::1], uint64[::1], int64[::1])")
+def _remember(word, previous, coded):
+    """A word that ``coded [k]`` ends (a letter's word, then another byte) becomes its stream's ``previous``."""
+    for b in range(len(coded)):
+        letter = 65 <= coded[b] <= 90 or 97 <= coded[b] <= 122
+        if word[b] != np.uint64(0) and not letter:
+            previous[b] = word[b]
+
+
 @kernel("int64(int64)")
 def _bucket(length):
     """A match length's bucket: 0 for none, the length up to 15, then 16 .. 19 by octave."""
@@ -120,18 +147,19 @@ def _bucket(length):
 @kernel(f"void({_MATCH}, {_APM}, int64, {_STREAM})")
 def _match_inputs(match, apm, b, inputs):
     """Stream ``b``'s match inputs into ``inputs`` (:func:`sharnn.coding.mixing._count_inputs`'s
-    layout), model :data:`_MATCH_MODEL`: none when it has no match."""
+    layout), the last model's: none when it has no match."""
     buffer, _, state, hits = match
     logs, parts = apm[3], apm[4]
     base, symbols, deltas, present = inputs
-    i = 1 + 2 * _MATCH_MODEL
-    base[i], base[i + 1], present[_MATCH_MODEL] = 0, 0, 0
+    last = len(present) - 1
+    i = 1 + 2 * last
+    base[i], base[i + 1], present[last] = 0, 0, 0
     if state[b, 2] == 0 or parts[0] == 0:
         return
     right, tries = hits[_bucket(state[b, 2]), 0], hits[_bucket(state[b, 2]), 1]
     total = logs[2 * tries + 2]
     hit, miss = logs[2 * right + 1] - total, logs[2 * (tries - right) + 1] - total - logs[0]
-    symbols[_MATCH_MODEL, 0], present[_MATCH_MODEL] = buffer[state[b, 0], state[b, 1]], 1
+    symbols[last, 0], present[last] = buffer[state[b, 0], state[b, 1]], 1
     base[i], deltas[i, 0], deltas[i + 1, 0] = miss, hit - miss, mixing.LOG_UNIT
 
 
@@ -236,10 +264,10 @@ def _follow(match, history, t, coded):
 
 
 @kernel(
-    f"boolean({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, {_MATCH},"
-    f" {_APM}, int64, int64[::1])"
+    f"boolean({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], uint64[::1], int64[:, ::1], {_INPUTS}, {_MIXERS},"
+    f" {_MATCH}, {_APM}, int64, int64[::1])"
 )
-def _update(tables, places, history, word, model, inputs, mixers, match, apm, t, coded):
+def _update(tables, places, history, word, previous, model, inputs, mixers, match, apm, t, coded):
     """Version 1's update (:func:`sharnn.coding.mixing._update`), the APMs' and the match
     model's, after position ``t``."""
     if len(coded) > len(word) or t >= match[0].shape[1]:
@@ -255,6 +283,7 @@ def _update(tables, places, history, word, model, inputs, mixers, match, apm, t,
         _apm_learn(apm, b, coded[b])
         match[0][b, t] = coded[b]
     _count(tables, places, coded)
+    _remember(word, previous, coded)
     _advance(history, word, coded)
     _follow(match, history, t, coded)
     return True
@@ -268,6 +297,11 @@ class MatchMixer(AdaptiveMixer):
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams)
+        contexts = len(ORDERS) + 1 + EXTRA * PARTS[2]
+        self.tables = mixing.ContextTables(contexts)  # version 1's, then the extra contexts
+        self._hashes = np.zeros((contexts, streams), dtype=np.uint64)
+        self._places = (np.zeros((contexts, streams), np.int64), np.zeros((contexts, streams), np.uint64))
+        self.previous = np.zeros(streams, dtype=np.uint64)  # the previous word's hash (0: none yet)
         buffer = np.zeros((streams, max(positions, 1)), np.uint8)
         state = np.zeros((streams, 3), np.int64)  # the match's stream, position of its next byte, length
         self.match = (buffer, np.zeros(2**MATCH_BITS, np.int64), state, np.zeros((BUCKETS, 2), np.int64))
@@ -277,7 +311,7 @@ class MatchMixer(AdaptiveMixer):
         self.position = 0
 
     def _layout(self) -> tuple[int, tuple[int, ...]]:
-        return _MATCH_MODEL + 1, SELECTORS
+        return len(ORDERS) + 1 + EXTRA * PARTS[2] + 1, SELECTORS
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         if np.shape(model_log_weights) != self._model.shape:
@@ -285,6 +319,7 @@ class MatchMixer(AdaptiveMixer):
         self._model[...] = model_log_weights
         self._model *= mixing.LOG_UNIT // exact.EXP_RESOLUTION
         _hash_contexts(self.history, self.word, self._hashes)
+        _hash_more(self.history, self.word, self.previous, self._hashes)
         _place(self._hashes, self._places)
         probs = np.empty((self.streams, 256), dtype=np.float64)
         arrays = (self.tables.arrays, self._places, self.history, self._model, self._inputs, self._mixers)
@@ -299,7 +334,7 @@ class MatchMixer(AdaptiveMixer):
         buffer = self.match[0]
         if self.position >= buffer.shape[1]:  # the streams' bytes outgrow the buffer: twice as long
             self.match = (np.concatenate([buffer, np.zeros_like(buffer)], axis=1), *self.match[1:])
-        tables, places, state = self.tables.arrays, self._places, (self.history, self.word)
+        tables, places, state = self.tables.arrays, self._places, (self.history, self.word, self.previous)
         arrays = (self._model, self._inputs, self._mixers, self.match, self.apm)
         learnt = coded.ndim == 1 and _update(tables, places, *state, *arrays, self.position, coded)
         if not learnt:
