@@ -117,14 +117,15 @@ def cached_model_alone(model, data: bytes, cache: Path | None) -> tuple[float, l
     return bits, logits, streams
 
 
-def measure(name: str, model, limit: int | None, cache: Path | None = None) -> dict:
+def measure(name: str, model, limit: int | None, cache: Path | None = None, variants=tuple(VARIANTS)) -> dict:
     data = read_file(name, WIKITEXT)[:limit]
     started = time.perf_counter()
     cached = None if cache is None or limit is not None else cache / f"{name}.pt"
     bits, logits, streams = cached_model_alone(model, data, cached)
     row = {"file": name, "bytes": len(data), "streams": streams, "model_seconds": time.perf_counter() - started}
     row["model alone"] = bits / len(data)
-    for variant, (version, constants) in VARIANTS.items():
+    for variant in variants:
+        version, constants = VARIANTS[variant]
         with ExitStack() as stack:
             for constant, value in constants.items():
                 stack.enter_context(mock.patch.object(matching if version == 2 else mixing, constant, value))
@@ -141,16 +142,17 @@ def main():
     parser.add_argument("--model", default=DEFAULT_MODEL, help="run, checkpoint or shipped model [%(default)s]")
     parser.add_argument("--files", nargs="+", choices=FILES, default=["alice29"])
     parser.add_argument("--limit", type=int, default=None, help="keep each file's first N bytes")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--cache", type=Path, default=None, help="keep each whole file's logits in this folder")
     parser.add_argument("--markdown", default=None, help="also write the table as Markdown to this file")
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/adaptive_mixing.json]")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = load_model(args.model)[0]
-    rows = [measure(name, model, args.limit, args.cache) for name in args.files]
-    columns = ["model alone", *VARIANTS, "PPMd"]
+    rows = [measure(name, model, args.limit, args.cache, args.variants) for name in args.files]
+    columns = ["model alone", *args.variants, "PPMd"]
     print_table(rows, [("file", "file", ""), ("bytes", "bytes", ",")] + [(c, c, ".4f") for c in columns])
-    print_table(rows, [("file", "file", "")] + [(f"{v} seconds", f"{v} s", ".1f") for v in VARIANTS])
+    print_table(rows, [("file", "file", "")] + [(f"{v} seconds", f"{v} s", ".1f") for v in args.variants])
     if args.markdown:
         lines = ["| file | bytes | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
         lines += [

@@ -1,27 +1,31 @@
 """Mixing version 2: version 1's adaptive stage (:mod:`sharnn.coding.mixing`) with a match
-model, a third mixer chosen by the match's length, and secondary estimation (docs/compression.md,
-"Adapting to the file").
+model, three more context models, and secondary estimation (docs/compression.md, "Mixing
+version 2").
 
 The match model (lpaq's, at the level of bytes) finds the longest earlier occurrence of a
 stream's last bytes in any stream coded so far and predicts the byte that followed it::
 
     x^     = the byte after the earlier occurrence, L its length (0: no match)
-    r_L    = (2 h_L + 1) / (2 n_L + 2)                    how often a match of length L was right
+    r_L    = (2 h_L + 1) / (2 n_L + 2)                    how often a match of L's bucket was right
     X_M(s) = ln r_L if s = x^, else ln((1 - r_L) / 255)   a model's input, as the context models'
     X'_M(s) = 1 nat if s = x^, else 0                     a bias each weight set learns
 
-A third mixer's weight set is the length's bucket. The mixers' mean logit then goes
-through two APMs (paq's adaptive probability maps) on the event "the most likely byte is
-coded", keyed by the previous byte and by the previous two::
+Mixer 1's weight set is the contexts seen and the match's length (none, < 16, < 32,
+longer). The context models add the last two words, the bytes 2 to 4 back and the last
+three words. The mixers' mean logit then goes through three APMs (paq's adaptive
+probability maps) on the event "the most likely byte is coded", keyed by the previous
+byte, by the previous two and by the match (its length's bucket, whether it predicts the
+most likely byte)::
 
     p = the most likely byte's probability, st = ln(p / (1 - p))
     a_c = interpolation of table_c at st (33 points)      per context c
-    p' = (2 p + a_1 + a_2) / 4; the other bytes scaled by (1 - p') / (1 - p)
+    p' = (a_1 + 2 a_2 + a_3) / 4; the other bytes scaled by (1 - p') / (1 - p)
 
 Every number but the last scaling is an integer, as in version 1; the scaling is float64
 products and one division, exactly rounded on every machine (no fused operations). The
 match finds its candidates by a hash of the last :data:`MATCH_ORDER` bytes and checks
-them byte by byte, so a hash collision predicts nothing.
+them byte by byte, so a hash collision predicts nothing. :data:`PARTS` switches each part
+off, for measurements only (``benchmarks/adaptive_mixing.py``).
 """
 
 from __future__ import annotations
@@ -63,11 +67,12 @@ HIT_LIMIT = 1023  # a bucket's counts are halved past this many tries
 APM_POINTS = 33  # each APM row: 33 points of st from -2048 to 2048 (1/256 nat)
 APM_RATE = 4  # an APM point moves 1/64 of the way to its target
 APM_ORDER2_BITS = 16
-APM_SHARES = (0, 2, 2)  # p' = (p + a_1 + 2 a_2) / 4
+APM_SHARES = (0, 1, 2, 1)  # p' = (a_1 + 2 a_2 + a_3) / 4
+APM_ROWS = 3
 PARTS = (1, 1, 1)  # whether the match model, the APMs, the extra contexts run (0: off, to measure what each gives)
 # The mixers' weight sets: by the contexts seen and the match's length (none, < 16, < 32, longer); by the previous byte
 SELECTORS = (4 * (len(ORDERS) + 1), 257)
-EXTRA = 2  # context models besides version 1's: the last two words; bytes 2 to 4 back
+EXTRA = 3  # context models besides version 1's: the last two words; bytes 2 to 4 back; the last three words
 _SALT = np.uint64(0x51ED2701)
 
 _MATCH = "Tuple((uint8[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1]))"  # buffer, candidates, state, hits
@@ -108,8 +113,9 @@ def _hit_logs() -> np.ndarray:
 @kernel("void(uint64[:, ::1], uint64[::1], uint64[::1], uint64[:, ::1])")
 def _hash_more(history, word, previous, hashes):
     """The hashes of the extra contexts, after version 1's (:func:`sharnn.coding.mixing._hash_contexts`) in
-    ``hashes``: the current and the previous word (``previous [B]``) and the last byte;
-    the bytes 2 to 4 back."""
+    ``hashes``: the current and the previous word (``previous [2B]``: each stream's last
+    word, then the one before) and, between words, the last byte; the bytes 2 to 4 back;
+    the first of these with the word before the previous one."""
     if hashes.shape[0] < len(ORDERS) + 1 + EXTRA:
         return
     for b in range(len(word)):
@@ -121,14 +127,19 @@ def _hash_more(history, word, previous, hashes):
         for j in range(1, 4):
             value = (value ^ history[b, j]) * mixing._MULTIPLIER + np.uint64(j)
         hashes[len(ORDERS) + 2, b] = value
+        if EXTRA > 2:
+            value = hashes[len(ORDERS) + 1, b] ^ (previous[len(word) + b] + np.uint64(3)) * mixing._MULTIPLIER
+            hashes[len(ORDERS) + 3, b] = value * mixing._MULTIPLIER
 
 
 @kernel("void(uint64[::1], uint64[::1], int64[::1])")
 def _remember(word, previous, coded):
-    """A word that ``coded [k]`` ends (a letter's word, then another byte) becomes its stream's ``previous``."""
+    """A word that ``coded [k]`` ends (a letter's word, then another byte) becomes its
+    stream's previous one (``previous [2B]``), which moves to the one before."""
     for b in range(len(coded)):
         letter = 65 <= coded[b] <= 90 or 97 <= coded[b] <= 122
         if word[b] != np.uint64(0) and not letter:
+            previous[len(word) + b] = previous[b]
             previous[b] = word[b]
 
 
@@ -163,8 +174,8 @@ def _match_inputs(match, apm, b, inputs):
     base[i], deltas[i, 0], deltas[i + 1, 0] = miss, hit - miss, mixing.LOG_UNIT
 
 
-@kernel(f"void(int64[::1], int64, uint64[:, ::1], {_APM}, float64[::1])")
-def _refine(weights, b, history, apm, probs):
+@kernel(f"void(int64[::1], int64, uint64[:, ::1], {_MATCH}, {_APM}, float64[::1])")
+def _refine(weights, b, history, match, apm, probs):
     """The APMs on integer ``weights [256]`` of stream ``b`` into ``probs [256]``; leaves
     the most likely byte, the point and the rows in ``apm``'s state for :func:`_apm_learn`."""
     tables, state, stretch, _, parts = apm
@@ -180,8 +191,11 @@ def _refine(weights, b, history, apm, probs):
     order2 = np.int64(((history[b, 0] * np.uint64(257) + history[b, 1]) * mixing._MULTIPLIER) >> np.uint64(48))
     state[b, 0], state[b, 1], state[b, 2] = top, point, fraction
     state[b, 3], state[b, 4] = np.int64(history[b, 0]), 257 + order2
+    length = match[2][b, 2] if parts[0] else 0
+    guess = match[0][match[2][b, 0], match[2][b, 1]] if length > 0 else -1
+    state[b, 5] = 257 + 2**APM_ORDER2_BITS + 2 * _bucket(length) + (guess == top)
     p = APM_SHARES[0] * (weights[top] * 65536 // total)
-    for j in range(2):
+    for j in range(APM_ROWS):
         row = state[b, 3 + j]
         p += APM_SHARES[1 + j] * ((tables[row, point] * (128 - fraction) + tables[row, point + 1] * fraction) >> 7)
     p = min(max(p >> 2, 64), 65536 - 64)
@@ -198,7 +212,8 @@ def _apm_learn(apm, b, coded):
     if parts[1] == 0:
         return
     target, point, fraction = 65535 if coded == state[b, 0] else 0, state[b, 1], state[b, 2]
-    for row in (state[b, 3], state[b, 4]):
+    for j in range(APM_ROWS):
+        row = state[b, 3 + j]
         tables[row, point] += ((target - tables[row, point]) * (128 - fraction)) >> (7 + APM_RATE)
         tables[row, point + 1] += ((target - tables[row, point + 1]) * fraction) >> (7 + APM_RATE)
 
@@ -225,7 +240,7 @@ def _mix(tables, places, history, model, inputs, mixers, logs, match, apm, probs
         for s in range(256):
             mean[s] = (logits[0, s] + logits[1, s]) >> 1
         _exp_weights(mean, exp, mean)
-        _refine(mean, b, history, apm, probs[b])
+        _refine(mean, b, history, match, apm, probs[b])
 
 
 @kernel(f"void({_MATCH}, uint64[:, ::1], int64, int64[::1])")
@@ -301,13 +316,13 @@ class MatchMixer(AdaptiveMixer):
         self.tables = mixing.ContextTables(contexts)  # version 1's, then the extra contexts
         self._hashes = np.zeros((contexts, streams), dtype=np.uint64)
         self._places = (np.zeros((contexts, streams), np.int64), np.zeros((contexts, streams), np.uint64))
-        self.previous = np.zeros(streams, dtype=np.uint64)  # the previous word's hash (0: none yet)
+        self.previous = np.zeros(2 * streams, dtype=np.uint64)  # the last two words' hashes (0: none yet)
         buffer = np.zeros((streams, max(positions, 1)), np.uint8)
         state = np.zeros((streams, 3), np.int64)  # the match's stream, position of its next byte, length
         self.match = (buffer, np.zeros(2**MATCH_BITS, np.int64), state, np.zeros((BUCKETS, 2), np.int64))
-        rows = 257 + 2**APM_ORDER2_BITS
+        rows = 257 + 2**APM_ORDER2_BITS + 2 * BUCKETS
         tables = np.repeat(_squash_points()[None], rows, axis=0)
-        self.apm = (tables, np.zeros((streams, 5), np.int64), _stretch(), _hit_logs(), np.array(PARTS, np.int64))
+        self.apm = (tables, np.zeros((streams, 6), np.int64), _stretch(), _hit_logs(), np.array(PARTS, np.int64))
         self.position = 0
 
     def _layout(self) -> tuple[int, tuple[int, ...]]:
