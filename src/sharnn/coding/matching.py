@@ -69,6 +69,7 @@ APM_RATE = 4  # an APM point moves 1/64 of the way to its target
 APM_ORDER2_BITS = 16
 APM_SHARES = (0, 1, 2, 1)  # p' = (a_1 + 2 a_2 + a_3) / 4
 APM_ROWS = 3
+_APM_MATCH_ROWS = 257 + (1 << APM_ORDER2_BITS)  # the APM rows: the last byte's, the last two's, the match's
 PARTS = (1, 1, 1)  # whether the match model, the APMs, the extra contexts run (0: off, to measure what each gives)
 # The mixers' weight sets: by the contexts seen and the match's length (none, < 16, < 32, longer); by the previous byte
 SELECTORS = (4 * (len(ORDERS) + 1), 257)
@@ -188,12 +189,14 @@ def _refine(weights, b, history, match, apm, probs):
     rest = total - weights[top]
     st = stretch[min(weights[top] * 4096 // total, 4095)] + 2048
     point, fraction = st >> 7, st & 127
-    order2 = np.int64(((history[b, 0] * np.uint64(257) + history[b, 1]) * mixing._MULTIPLIER) >> np.uint64(48))
+    order2 = np.int64(
+        ((history[b, 0] * np.uint64(257) + history[b, 1]) * mixing._MULTIPLIER) >> np.uint64(64 - APM_ORDER2_BITS)
+    )
     state[b, 0], state[b, 1], state[b, 2] = top, point, fraction
     state[b, 3], state[b, 4] = np.int64(history[b, 0]), 257 + order2
     length = match[2][b, 2] if parts[0] else 0
     guess = match[0][match[2][b, 0], match[2][b, 1]] if length > 0 else -1
-    state[b, 5] = 257 + 2**APM_ORDER2_BITS + 2 * _bucket(length) + (guess == top)
+    state[b, 5] = _APM_MATCH_ROWS + 2 * _bucket(length) + (guess == top)
     p = APM_SHARES[0] * (weights[top] * 65536 // total)
     for j in range(APM_ROWS):
         row = state[b, 3 + j]
@@ -320,7 +323,7 @@ class MatchMixer(AdaptiveMixer):
         buffer = np.zeros((streams, max(positions, 1)), np.uint8)
         state = np.zeros((streams, 3), np.int64)  # the match's stream, position of its next byte, length
         self.match = (buffer, np.zeros(2**MATCH_BITS, np.int64), state, np.zeros((BUCKETS, 2), np.int64))
-        rows = 257 + 2**APM_ORDER2_BITS + 2 * BUCKETS
+        rows = _APM_MATCH_ROWS + 2 * BUCKETS
         tables = np.repeat(_squash_points()[None], rows, axis=0)
         self.apm = (tables, np.zeros((streams, 6), np.int64), _stretch(), _hit_logs(), np.array(PARTS, np.int64))
         self.position = 0
