@@ -9,13 +9,17 @@ it, one thread), computed once; then the ideal code length (the sum of ``-log2 p
 - ``one mixer, model start``: context models and one mixer (weight sets by the contexts
   seen), every weight starting at zero but the model's at one;
 - ``two mixers, model start``: and the second mixer (weight sets by the previous byte);
-- ``default``: and the starting weights of :mod:`sharnn.coding.mixing`;
+- ``mixing 1``: and the starting weights of :mod:`sharnn.coding.mixing` (mixing version 1);
+- ``+ match``, ``+ APMs``, ``+ contexts``: mixing version 2 (:mod:`sharnn.coding.matching`)
+  with one of its parts alone (its ``PARTS``), ``+ match, APMs`` with two, ``mixing 2``
+  with all three;
 
 beside PPMd (``pyppmd``, order 8, 16 MiB) on the same bytes. The variants change the
 module's constants for their run alone (a measurement, not a mode of the package).
 
     python benchmarks/adaptive_mixing.py                         # alice29, the shipped model
     python benchmarks/adaptive_mixing.py --files alice29 lcet10 enwik8-head-test --markdown ablation.md
+    python benchmarks/adaptive_mixing.py --files lcet10 --cache logits/   # the model's logits kept for a rerun
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import time
 from contextlib import ExitStack
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -30,7 +35,7 @@ import torch
 
 from common import missing_extra, print_table, write_json
 from compressors import CANTERBURY, WIKITEXT, read_file
-from sharnn.coding import mixing
+from sharnn.coding import matching, mixing
 from sharnn.coding.arithmetic import IntegerPredictor, MixedPredictor, Predictor, walk
 from sharnn.coding.codec import default_streams, stream_lengths
 from sharnn.models.inference import inference_step
@@ -45,10 +50,15 @@ except ModuleNotFoundError as e:  # not a dependency of sharnn itself: the extra
 CPU = torch.device("cpu")
 FILES = ("enwik8-head-test", "wikitext2-test", *CANTERBURY)
 UNIT = mixing.WEIGHT_UNIT
-VARIANTS = {  # name: the module constants it changes
-    "one mixer, model start": {"SELECTORS": mixing.SELECTORS[:1], "MODEL_PRIOR": UNIT, "COUNT_PRIOR": 0},
-    "two mixers, model start": {"MODEL_PRIOR": UNIT, "COUNT_PRIOR": 0},
-    "default": {},
+VARIANTS = {  # name: the mixing version and the module constants it changes
+    "one mixer, model start": (1, {"SELECTORS": mixing.SELECTORS[:1], "MODEL_PRIOR": UNIT, "COUNT_PRIOR": 0}),
+    "two mixers, model start": (1, {"MODEL_PRIOR": UNIT, "COUNT_PRIOR": 0}),
+    "mixing 1": (1, {}),
+    "+ match": (2, {"PARTS": (1, 0, 0)}),
+    "+ APMs": (2, {"PARTS": (0, 1, 0)}),
+    "+ contexts": (2, {"PARTS": (0, 0, 1)}),
+    "+ match, APMs": (2, {"PARTS": (1, 1, 0)}),
+    "mixing 2": (2, {}),
 }
 
 
@@ -95,18 +105,33 @@ def model_alone(model, data: bytes) -> tuple[float, list[torch.Tensor], int]:
     return bits, recorded, streams
 
 
-def measure(name: str, model, limit: int | None) -> dict:
+def cached_model_alone(model, data: bytes, cache: Path | None) -> tuple[float, list[torch.Tensor], int]:
+    """:func:`model_alone`, its results kept in the file ``cache`` (when given) and read
+    from it when there: ``{"logits": [positions, B, 256], "streams": B, "alone": bits per byte}``."""
+    if cache is not None and cache.is_file():
+        saved = torch.load(cache, weights_only=False)
+        return saved["alone"] * len(data), list(saved["logits"]), saved["streams"]
+    bits, logits, streams = model_alone(model, data)
+    if cache is not None:
+        torch.save({"logits": torch.stack(logits), "streams": streams, "alone": bits / len(data)}, cache)
+    return bits, logits, streams
+
+
+def measure(name: str, model, limit: int | None, cache: Path | None = None, variants=tuple(VARIANTS)) -> dict:
     data = read_file(name, WIKITEXT)[:limit]
     started = time.perf_counter()
-    bits, logits, streams = model_alone(model, data)
+    cached = None if cache is None or limit is not None else cache / f"{name}.pt"
+    bits, logits, streams = cached_model_alone(model, data, cached)
     row = {"file": name, "bytes": len(data), "streams": streams, "model_seconds": time.perf_counter() - started}
     row["model alone"] = bits / len(data)
-    for variant, constants in VARIANTS.items():
+    for variant in variants:
+        version, constants = VARIANTS[variant]
         with ExitStack() as stack:
             for constant, value in constants.items():
-                stack.enter_context(mock.patch.object(mixing, constant, value))
+                stack.enter_context(mock.patch.object(matching if version == 2 else mixing, constant, value))
             started = time.perf_counter()
-            row[variant] = ideal_bits(MixedPredictor(Replay(logits, streams), CPU), data) / len(data)
+            predictor = MixedPredictor(Replay(logits, streams), CPU, version)
+            row[variant] = ideal_bits(predictor, data) / len(data)
             row[f"{variant} seconds"] = time.perf_counter() - started
     row["PPMd"] = 8 * len(pyppmd.compress(data, variant="H", max_order=8, mem_size=16 << 20)) / len(data)
     return row
@@ -117,14 +142,17 @@ def main():
     parser.add_argument("--model", default=DEFAULT_MODEL, help="run, checkpoint or shipped model [%(default)s]")
     parser.add_argument("--files", nargs="+", choices=FILES, default=["alice29"])
     parser.add_argument("--limit", type=int, default=None, help="keep each file's first N bytes")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--cache", type=Path, default=None, help="keep each whole file's logits in this folder")
     parser.add_argument("--markdown", default=None, help="also write the table as Markdown to this file")
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/adaptive_mixing.json]")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = load_model(args.model)[0]
-    rows = [measure(name, model, args.limit) for name in args.files]
-    columns = ["model alone", *VARIANTS, "PPMd"]
+    rows = [measure(name, model, args.limit, args.cache, args.variants) for name in args.files]
+    columns = ["model alone", *args.variants, "PPMd"]
     print_table(rows, [("file", "file", ""), ("bytes", "bytes", ",")] + [(c, c, ".4f") for c in columns])
+    print_table(rows, [("file", "file", "")] + [(f"{v} seconds", f"{v} s", ".1f") for v in args.variants])
     if args.markdown:
         lines = ["| file | bytes | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
         lines += [

@@ -276,7 +276,7 @@ def test_adaptive_mixing_benchmark_gives_every_variant_and_ppmd(tmp_path):
     alice = (ROOT / "benchmarks" / "data" / "canterbury" / "alice29.txt").read_bytes()[:800]
     assert row["file"] == "alice29" and row["bytes"] == 800
     assert row["PPMd"] == 8 * len(pyppmd.compress(alice, variant="H", max_order=8, mem_size=16 << 20)) / 800
-    variants = ["one mixer, model start", "two mixers, model start", "default"]
+    variants = ["one mixer, model start", "two mixers, model start", "mixing 1", "+ match", "+ APMs", "mixing 2"]
     assert all(0 < row[v] < row["model alone"] for v in variants)  # an untrained model: the counts help at once
     assert "| alice29 | 800 |" in table.read_text()
 

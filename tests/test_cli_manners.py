@@ -24,6 +24,7 @@ import sharnn
 import sharnn.progress as progress_module
 from helpers import SUBPROCESS_ENV, assert_ok, assert_user_error, cli
 from sharnn.cli import main
+from sharnn.coding.arithmetic import DEFAULT_MIXING
 from sharnn.coding.container import read_header
 from sharnn.commands.compress import CodingProgress, precision_note
 from sharnn.errors import ConfigError
@@ -192,7 +193,7 @@ def test_list_and_info_show_what_a_file_says_about_itself(folder):
         "streams:        2",
         f"original:       {len(TEXT):,} bytes",
         f"compressed:     {size:,} bytes, ratio {size / len(TEXT):.3f}, {8 * size / len(TEXT):.4f} bits per byte",
-        "arithmetic:     integer (integer step 1, mixing 1), portable",
+        f"arithmetic:     integer (integer step 1, mixing {DEFAULT_MIXING}), portable",
         "storage:        coded",
     ):
         assert expected in listed.stdout, (expected, listed.stdout)

@@ -55,6 +55,8 @@ def test_every_kernel_keeps_the_rules(kernel):
 
 def _constant(node: ast.expr) -> bool:
     """A literal, or a module constant (an upper-case name, folded when the kernel compiles)."""
+    if isinstance(node, ast.UnaryOp):
+        return _constant(node.operand)
     return isinstance(node, ast.Constant) or (isinstance(node, ast.Name) and node.id.isupper())
 
 

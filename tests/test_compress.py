@@ -227,7 +227,7 @@ def test_mixing_learns_the_file_the_second_copy_costs_little(model):
     data = TEXT * 2
     blob = coded(data, model, streams=2)
     header, payload = read_header(blob)
-    assert header.mixing == 1 and header.portable
+    assert header.mixing == 2 and header.portable
     assert 8 * len(payload) < 0.75 * _ideal_bits(model, data, streams=2)
     assert decompress(blob, model) == data
     with pytest.raises(

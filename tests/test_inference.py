@@ -215,7 +215,7 @@ def test_version_5_round_trips_byte_exactly_through_the_command_line(tmp_path, r
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None)
     blob = container.pack(header) + payload
     assert version(blob) == 5 and read_header(blob)[0].streams == len(stream_lengths(len(data), streams))
-    assert header.precision == "integer" and header.portable and header.mixing == 1
+    assert header.precision == "integer" and header.portable and header.mixing == 2
     assert decompress(blob, model) == data
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None, adapt=False)
     assert decompress(container.pack(header, 4) + payload, model) == data

@@ -7,6 +7,8 @@
 - :mod:`.environment`: what the probabilities depend on (device, torch, CPU features,
   threads) and the settings coding runs under, restored after it;
 - :mod:`.mixing`: the adaptive stage, the model's distribution mixed with context models
-  that learn the file as it is coded;
+  that learn the file as it is coded (mixing version 1);
+- :mod:`.matching`: mixing version 2, the default: version 1 with a match model, three
+  more context models and APMs;
 - :mod:`.online`: online mode, a model that learns from the bytes already coded.
 """

@@ -33,6 +33,7 @@ from ..models.inference import inference_step
 from ..models.integer_step import INTEGER_STEP_VERSION
 from ..progress import ProgressDisplay
 from .container import FORWARD_VERSIONS, Header
+from .matching import MatchMixer
 from .mixing import MIXING_VERSION, AdaptiveMixer
 from .online import OnlineLearner
 
@@ -40,6 +41,8 @@ START_BYTE = 10  # every stream starts after a newline
 
 
 PROGRESS_EVERY = 256  # positions between progress updates
+MIXINGS = (1, 2)  # the mixing versions this sharnn decodes (sharnn.coding.mixing, sharnn.coding.matching)
+DEFAULT_MIXING = 2  # what compress writes (docs/compression.md, "Adapting to the file")
 
 
 @dataclass(frozen=True)
@@ -73,21 +76,22 @@ class Arithmetic:
                 f"{name} was coded by integer step version {header.integer_step}; this sharnn has version "
                 f"{INTEGER_STEP_VERSION}: decompress it with the sharnn that made it"
             )
-        if header.mixing is not None and header.mixing != MIXING_VERSION:
+        if header.mixing is not None and header.mixing not in MIXINGS:
             raise DataError(
-                f"{name} was mixed by mixing version {header.mixing}; this sharnn has version {MIXING_VERSION}: "
-                "decompress it with the sharnn that made it"
+                f"{name} was mixed by mixing version {header.mixing}; this sharnn has versions "
+                f"{', '.join(map(str, MIXINGS))}: decompress it with the sharnn that made it"
             )
         online = None if header.online is None else load_config(header.online)
         return cls(version, header.precision, header.integer_step, header.mixing, online)
 
     @classmethod
-    def written(cls, version: int, precision: str, mixed: bool, online: TrainConfig | None) -> Arithmetic:
-        """The arithmetic :func:`~sharnn.coding.codec.compress` writes (checked there)."""
+    def written(
+        cls, version: int, precision: str, mixed: bool, online: TrainConfig | None, mixing: int = MIXING_VERSION
+    ) -> Arithmetic:
+        """The arithmetic :func:`~sharnn.coding.codec.compress` writes (checked there), a
+        mixed one with mixing version ``mixing``."""
         integer = precision == "integer"
-        return cls(
-            version, precision, INTEGER_STEP_VERSION if integer else None, MIXING_VERSION if mixed else None, online
-        )
+        return cls(version, precision, INTEGER_STEP_VERSION if integer else None, mixing if mixed else None, online)
 
     @property
     def kind(self) -> str:
@@ -115,6 +119,8 @@ class Arithmetic:
         predictor = {"forward": FloatPredictor, "float": FloatPredictor, "integer": IntegerPredictor}.get(
             kind, MixedPredictor
         )
+        if kind == "mixed":
+            return MixedPredictor(inference_step(model, streams, positions, step), device_of(model), self.mixing)
         return predictor(inference_step(model, streams, positions, step), device_of(model))
 
 
@@ -158,12 +164,13 @@ class IntegerPredictor(Predictor):
 
 
 class MixedPredictor(Predictor):
-    """The integer step's log-weights mixed with context models that learn the file
-    (:class:`~sharnn.coding.mixing.AdaptiveMixer`)."""
+    """The integer step's log-weights mixed with context models that learn the file:
+    mixing version 1 (:class:`~sharnn.coding.mixing.AdaptiveMixer`) or 2 (its match model
+    and APMs, :class:`~sharnn.coding.matching.MatchMixer`)."""
 
-    def __init__(self, step, device: torch.device):
+    def __init__(self, step, device: torch.device, mixing: int = MIXING_VERSION):
         super().__init__(step, device)
-        self.mixer = AdaptiveMixer(step.streams)
+        self.mixer = AdaptiveMixer(step.streams) if mixing == 1 else MatchMixer(step.streams)
 
     def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
         return self.mixer.mix(exact.log_weights(self.logits(grid, t)).cpu().numpy())

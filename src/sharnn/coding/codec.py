@@ -52,7 +52,7 @@ from ..models.build import check_finite, model_sha256
 from ..models.sharnn import SHARNN
 from ..progress import ProgressDisplay
 from ..runtime import out_of_memory_as
-from .arithmetic import PROGRESS_EVERY, START_BYTE, Arithmetic, device_of, walk
+from .arithmetic import DEFAULT_MIXING, MIXINGS, PROGRESS_EVERY, START_BYTE, Arithmetic, device_of, walk
 from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, check_bytes, pack, parse
 from .environment import (
     BF16_FEATURES,
@@ -111,6 +111,7 @@ def compress(
     progress: ProgressDisplay | None = None,
     precision: str | None = None,
     adapt: bool | None = None,
+    mixing: int | None = None,
 ) -> bytes:
     """Compress ``data``.
 
@@ -118,8 +119,7 @@ def compress(
         data: any bytes (empty included).
         model: the predicting model (its device is used; it is put in eval mode). In online
             mode, :func:`online_model` of ``online``, which this trains.
-        streams: ``B``, the number of contiguous pieces coded side by side (None:
-            :func:`default_streams`).
+        streams: ``B``, the contiguous pieces coded side by side (None: :func:`default_streams`).
         threads: torch's and the kernels' thread count while coding, recorded in the header
             and used again by :func:`decompress` (another for a portable file). One is the
             default: a position's products are small, and a second thread rarely pays for
@@ -134,6 +134,7 @@ def compress(
             decoded only on a CPU of the same :func:`cpu_features`.
         adapt: mix the model's distribution with context models that learn the file as
             it is coded (:mod:`sharnn.coding.mixing`; None: with precision integer).
+        mixing: the adaptive stage's version, 1 or 2 (:mod:`sharnn.coding.matching`; None: the default).
 
     Returns:
         The compressed file's bytes: a header (format version :func:`written_version`:
@@ -146,7 +147,7 @@ def compress(
         ConfigError: ``streams`` or ``threads`` outside 1 to 1024, a model that is not
             byte-level, an unknown precision, integer or bf16 for a Transformer, integer
             in online mode, bf16 off the CPU or on a CPU without bf16 instructions;
-            ``adapt`` with another precision than integer.
+            ``adapt`` with another precision than integer; an unknown ``mixing``.
     """
     check_bytes("data", data)
     if streams is None:
@@ -154,9 +155,8 @@ def compress(
     check_threads(threads)
     more = f"coding {len(data):,} bytes in {streams} streams needs more memory than this process may hold"
     with out_of_memory_as(ConfigError, f"{more}: give fewer streams, or a smaller input"), coding_threads(int(threads)):
-        header, payload = encode(
-            data, model, streams=streams, online=online, progress=progress, precision=precision, adapt=adapt
-        )
+        options = {"precision": precision, "adapt": adapt, "mixing": mixing}
+        header, payload = encode(data, model, streams=streams, online=online, progress=progress, **options)
     version = written_version(model)
     coded = pack(header, version) + payload
     stored = _stored(header, data, version, len(coded))
@@ -187,6 +187,7 @@ def encode(
     progress: ProgressDisplay | None,
     precision: str | None = None,
     adapt: bool | None = None,
+    mixing: int | None = None,
 ) -> tuple[Header, bytes]:
     """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
     if precision is None:
@@ -199,7 +200,9 @@ def encode(
     _check_byte_model(model)
     _check_precision(model, precision, online is not None)
     mixed = bool(adapt or (adapt is None and precision == "integer"))
-    arithmetic = Arithmetic.written(written_version(model), precision, mixed, online)
+    if mixing is not None and mixing not in MIXINGS:
+        raise ConfigError(f"mixing must be one of {', '.join(map(str, MIXINGS))}, got {mixing}")
+    arithmetic = Arithmetic.written(written_version(model), precision, mixed, online, mixing or DEFAULT_MIXING)
     lengths = stream_lengths(len(data), streams)
     grid = _to_grid(np.frombuffer(data, dtype=np.uint8), lengths)
     fingerprint = model_sha256(model)  # before online mode trains it

@@ -423,15 +423,16 @@ class AdaptiveMixer:
         self.tables = ContextTables(len(ORDERS) + 1)  # the orders, then the word
         self.history = np.zeros((streams, max(ORDERS)), dtype=np.uint64)  # the last bytes, newest first
         self.word = np.zeros(streams, dtype=np.uint64)  # the current word's hash (0: none)
-        models, inputs, mixers = len(ORDERS) + 1, 1 + 2 * (len(ORDERS) + 1), len(SELECTORS)
-        self._weights = np.zeros((sum(SELECTORS), inputs), dtype=np.int64)  # every mixer's weight sets
+        contexts, (models, selectors) = len(ORDERS) + 1, self._layout()
+        inputs, mixers = 1 + 2 * models, len(selectors)
+        self._weights = np.zeros((sum(selectors), inputs), dtype=np.int64)  # every mixer's weight sets
         self._weights[:, 0] = MODEL_PRIOR
         self._weights[:, 1::2] = COUNT_PRIOR
-        self._offsets = np.cumsum([0, *SELECTORS[:-1]]).astype(np.int64)
-        self.weights = [self._weights[o : o + n] for o, n in zip(self._offsets, SELECTORS)]  # one mixer per selector
+        self._offsets = np.cumsum([0, *selectors[:-1]]).astype(np.int64)
+        self.weights = [self._weights[o : o + n] for o, n in zip(self._offsets, selectors)]  # one mixer per selector
         # What mix leaves for update: the contexts, the inputs (_count_inputs), each mixer's weight set and weights.
-        self._hashes = np.zeros((models, streams), dtype=np.uint64)
-        self._places = (np.zeros((models, streams), np.int64), np.zeros((models, streams), np.uint64))
+        self._hashes = np.zeros((contexts, streams), dtype=np.uint64)
+        self._places = (np.zeros((contexts, streams), np.int64), np.zeros((contexts, streams), np.uint64))
         self._model = np.zeros((streams, 256), dtype=np.int64)
         shapes = [(streams, inputs), (streams, models, 256), (streams, inputs, 256), (streams, models)]
         self._inputs = tuple(np.zeros(shape, dtype=np.int64) for shape in shapes)  # base, symbols, deltas, present
@@ -439,6 +440,10 @@ class AdaptiveMixer:
         self._mixers = (self._weights, self._offsets, chosen, q)
         self._logs = (_count_logs(), _total_logs(), _exp_table())
         self._mixed = False
+
+    def _layout(self) -> tuple[int, tuple[int, ...]]:
+        """The models whose inputs the mixers take (the context models) and the mixers' weight sets."""
+        return len(ORDERS) + 1, SELECTORS
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         """``model_log_weights [B, 256]`` (integers, ``ln p_model`` up to a constant per row,
