@@ -1,6 +1,7 @@
-"""How many torch threads the coding step should run on: one position of
-``sharnn.models.step.Step`` (fp32) per thread count and stream count, on a quiet machine
-and beside a neighbour that keeps one core busy.
+"""How many threads the coding step should run on: one position of the step (``--step``:
+the fp32 ``sharnn.models.step.Step`` or the integer step, whose numba kernels and products
+run on the same count) per thread count and stream count, on a quiet machine and beside a
+neighbour that keeps one core busy.
 
 For every ``B`` of ``--batch`` and every thread count of ``--threads``, the step runs
 ``attention_span + 1`` positions untimed (the memory full), then ``--repeats`` runs of
@@ -13,6 +14,7 @@ same condition. ``sharnn compress --threads`` defaults to 1 (docs/compression.md
 "Streams and threads").
 
     python benchmarks/coding_threads.py --model runs/tiny --batch 1 8 32 128 --threads 1 2
+    python benchmarks/coding_threads.py --model wikipedia-2x512 --step integer --batch 2 8 32
 
 Without ``--model`` the step runs a seeded random initialisation of the ``tiny`` preset's
 model (the speed does not depend on the weights).
@@ -29,10 +31,10 @@ import torch
 
 from common import environment, median, print_table, time_repeats, write_json
 from sharnn import SHARNN
-from sharnn.coding.environment import torch_threads
+from sharnn.coding.environment import coding_threads
 from sharnn.config import load_config
-from sharnn.models.step import Step
-from sharnn.training.checkpoint import load_model
+from sharnn.loading import load_model
+from sharnn.models.inference import inference_step
 
 CPU = torch.device("cpu")
 NEIGHBOUR = """
@@ -52,6 +54,7 @@ def main():
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")
     parser.add_argument("--positions", type=int, default=50, help="timed positions per repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats (the median is reported)")
+    parser.add_argument("--step", choices=["fp32", "integer"], default="fp32", help="the step [%(default)s]")
     parser.add_argument("--json", default=None, help="results file [default: benchmarks/results/coding_threads.json]")
     args = parser.parse_args()
     if args.model is None:
@@ -66,7 +69,7 @@ def main():
             for streams in args.batch:
                 first = None
                 for threads in args.threads:
-                    ms = position_ms(model, streams, threads, args.positions, args.repeats)
+                    ms = position_ms(model, streams, threads, args.positions, args.repeats, args.step)
                     first = first or ms
                     rows.append(
                         {
@@ -90,17 +93,23 @@ def main():
             ("vs_first", f"x {args.threads[0]} thread", ".2f"),
         ],
     )
-    settings = {"batch": args.batch, "threads": args.threads, "positions": args.positions, "repeats": args.repeats}
+    settings = {
+        "step": args.step,
+        "batch": args.batch,
+        "threads": args.threads,
+        "positions": args.positions,
+        "repeats": args.repeats,
+    }
     write_json({"environment": environment(CPU), **settings, "rows": rows}, "coding_threads.json", args.json)
 
 
 @torch.no_grad()
-def position_ms(model: SHARNN, streams: int, threads: int, positions: int, repeats: int) -> float:
-    """Milliseconds of one position of the fp32 step at ``streams`` streams on ``threads``
+def position_ms(model: SHARNN, streams: int, threads: int, positions: int, repeats: int, kind: str = "fp32") -> float:
+    """Milliseconds of one position of the ``kind`` step at ``streams`` streams on ``threads``
     threads: the median of ``repeats`` runs of ``positions`` positions, after the memory filled."""
     generator = torch.Generator().manual_seed(0)
-    with torch_threads(threads):
-        step = Step(model, streams)
+    with coding_threads(threads):
+        step = inference_step(model, streams, None, kind)
         tokens = torch.randint(0, model.config.vocab_size, (streams,), generator=generator)
         for _ in range(model.config.attention_span + 1):
             step(tokens)
