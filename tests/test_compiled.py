@@ -79,15 +79,30 @@ def test_coding_threads_leave_torchs_count_as_set():
     assert torch.get_num_threads() == previous
 
 
-@pytest.mark.slow  # two processes that compile every kernel (a few seconds each)
+FIRST_USE = """
+from sharnn import compiled
+
+@compiled.kernel("int64(int64)")
+def plus_one(x):
+    return x + 1
+
+compiled.ensure_compiled()
+print(plus_one(41))
+"""
+
+
 def test_the_first_use_says_it_compiles_and_the_second_loads_the_cache(tmp_path):
-    script = "import sharnn.coding.codec; from sharnn.compiled import ensure_compiled; ensure_compiled()"
+    """Two processes with one cache folder: the first compiles and says so in one line,
+    naming the folder; the second loads the cache and says nothing. (A kernel of its own,
+    in a file of its own: numba caches only what a file defines.)"""
+    script = tmp_path / "first_use.py"
+    script.write_text(FIRST_USE)
     env = os.environ | {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
-    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert first.stderr.count("compiling its kernels") == 1, first.stderr
+    first = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
+    assert first.stderr.count("compiling its kernels") == 1 and first.stdout.strip() == "42", first.stderr
     assert str(tmp_path / "cache") in first.stderr
-    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert "compiling" not in second.stderr, second.stderr
+    second = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
+    assert "compiling" not in second.stderr and second.stdout.strip() == "42", second.stderr
 
 
 def test_a_kernel_without_signatures_is_refused():
