@@ -115,13 +115,11 @@ class Arithmetic:
         if kind == "online":
             inner = dataclasses.replace(self, online=None).predictor(model, streams, positions)
             return OnlinePredictor(inner, model, self.online)
-        step = {"forward": "forward", "float": self.precision}.get(kind, "integer")
-        predictor = {"forward": FloatPredictor, "float": FloatPredictor, "integer": IntegerPredictor}.get(
-            kind, MixedPredictor
-        )
+        kind_of_step = {"forward": "forward", "float": self.precision}.get(kind, "integer")
+        step, device = inference_step(model, streams, positions, kind_of_step), device_of(model)
         if kind == "mixed":
-            return MixedPredictor(inference_step(model, streams, positions, step), device_of(model), self.mixing)
-        return predictor(inference_step(model, streams, positions, step), device_of(model))
+            return MixedPredictor(step, device, self.mixing)
+        return (IntegerPredictor if kind == "integer" else FloatPredictor)(step, device)
 
 
 class Predictor:
