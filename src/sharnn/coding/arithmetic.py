@@ -27,7 +27,6 @@ import torch
 
 from ..config import TrainConfig, load_config
 from ..errors import CheckpointError, DataError
-from ..models import exact
 from ..models.build import LanguageModel
 from ..models.inference import inference_step
 from ..models.integer_step import INTEGER_STEP_VERSION
@@ -171,7 +170,7 @@ class MixedPredictor(Predictor):
         self.mixer = AdaptiveMixer(step.streams) if mixing == 1 else MatchMixer(step.streams)
 
     def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
-        return self.mixer.mix(exact.log_weights(self.logits(grid, t)).cpu().numpy())
+        return self.mixer.mix(self.step.log_weights(self.logits(grid, t)))
 
     def learn(self, coded: np.ndarray) -> None:
         self.mixer.update(coded)
