@@ -38,9 +38,10 @@ from compressors import CANTERBURY, WIKITEXT, read_file
 from sharnn.coding import matching, mixing
 from sharnn.coding.arithmetic import IntegerPredictor, MixedPredictor, Predictor, walk
 from sharnn.coding.codec import default_streams, stream_lengths
+from sharnn.loading import load_model
 from sharnn.models.inference import inference_step
+from sharnn.models.integer_step import IntegerStep
 from sharnn.models.shipped import DEFAULT_MODEL
-from sharnn.training.checkpoint import load_model
 
 try:
     import pyppmd
@@ -63,7 +64,10 @@ VARIANTS = {  # name: the mixing version and the module constants it changes
 
 
 class Replay:
-    """A step that gives back logits recorded from another walk, one position per call."""
+    """A step that gives back logits recorded from another walk, one position per call
+    (and the integer step's log weights of them, which the mixers take)."""
+
+    log_weights = staticmethod(IntegerStep.log_weights)
 
     def __init__(self, logits: list[torch.Tensor], streams: int):
         self.logits, self.streams, self.position = logits, streams, 0
