@@ -10,7 +10,7 @@ moment of the machine falls on each in turn). One thread everywhere.
   shipped model and no options (what ``sharnn compress FILE`` does), in a fresh process, the
   model loaded and the kernels compiled before the clock starts;
 - ``sharnn BASELINE``: the same in the checkout ``--baseline DIR`` (a ``git worktree`` of
-  an earlier release, e.g. 0.4.0: ``git worktree add /tmp/sharnn-0.4.0 e547d1e``);
+  an earlier release, e.g. 0.4.0: ``git worktree add ../sharnn-0.4.0 e547d1e``);
 - ``products``: the shipped model's matrix products alone, float32 through oneDNN, at the
   streams ``sharnn`` uses, for as many positions as the file codes: the floor the coder
   is measured against;
@@ -23,7 +23,7 @@ for this checkout and the baseline.
 The run is resumable: every measurement is written to ``--json`` as it is made, and a
 second run with the same file skips what is there. ``--report`` prints the table of a file.
 
-    python benchmarks/coder_speed.py --baseline /tmp/sharnn-0.4.0 --paq8px ~/paq8px --json results/coder-speed.json
+    python benchmarks/coder_speed.py --baseline ../sharnn-0.4.0 --paq8px PATH/TO/paq8px --json results/coder-speed.json
 """
 
 from __future__ import annotations

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import math
 import re
 import shutil
 import signal
-import time
 import types
 from itertools import pairwise
 from pathlib import Path
@@ -932,11 +932,11 @@ def test_epochs_are_epochs_done_in_records_and_summary(two_epoch_reference):
 @pytest.mark.slow
 def test_tokens_per_s_counts_training_time_only(tmp_path, corpus_file, monkeypatch):
     """Each validation takes 1,000 s on the meter's clock: the train records after it keep
-    their speed. Counted, every record after the first would show fewer than 0.2 tokens/s
-    (two steps of 64 tokens over 1,000 s), whatever the machine's load; not counted, each
-    shows its steps' tokens over their real seconds, which no load stretches to 500 s."""
-    skipped = [0.0]
-    clock = types.SimpleNamespace(perf_counter=lambda: time.perf_counter() + skipped[0])
+    their speed. The clock advances 1 ms per reading, never with the machine's load:
+    counted, every record after the first would show fewer than 0.2 tokens/s (two steps of
+    64 tokens over 1,000 s); not counted, each shows its tokens over a few readings."""
+    skipped, ticks = [0.0], itertools.count()
+    clock = types.SimpleNamespace(perf_counter=lambda: next(ticks) * 1e-3 + skipped[0])  # 1 ms a reading
     monkeypatch.setattr(metrics_module, "time", clock)
     real_evaluate = train_module.evaluate
 

@@ -19,6 +19,7 @@ A new format is one predictor and one row of :attr:`Arithmetic.kind`.
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -121,7 +122,7 @@ class Arithmetic:
         return (IntegerPredictor if kind == "integer" else FloatPredictor)(step, device)
 
 
-class Predictor:
+class Predictor(ABC):
     """The probabilities of every stream's next byte, one position at a time, from a step
     (:func:`~sharnn.models.inference.inference_step`) on ``device``.
 
@@ -138,10 +139,11 @@ class Predictor:
         """The step's logits ``[B, V]`` of position ``t``."""
         return self.step(torch.from_numpy(grid[t]).to(self.device))
 
+    @abstractmethod
     def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
-        raise NotImplementedError
+        """``[B, 256]`` float64 probabilities of position ``t`` (each predictor's own)."""
 
-    def learn(self, coded: np.ndarray) -> None:
+    def learn(self, coded: np.ndarray) -> None:  # noqa: B027 (a default, not abstract: most predictors learn nothing)
         """Nothing to learn: the model is fixed."""
 
 
