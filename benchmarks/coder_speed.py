@@ -1,10 +1,13 @@
 """The compressor's speed beside its baseline and its neighbours, in one run (docs/compression.md,
 "Measured: speed").
 
-For each file (the four Canterbury texts and a small one, the first 10,000 bytes of
-alice29), each compressor compresses and decompresses it; every round trip is checked, and
-the order of the compressors is rotated from repeat to repeat (interleaved, so a busy
-moment of the machine falls on each in turn). One thread everywhere.
+For each file of ``--files`` (by default the four Canterbury texts and a small one, the
+first 10,000 bytes of alice29; also ``json``, ``log`` and ``binary``, the files of
+``benchmarks/data/other``: a JSON record, a test run's log and x86-64 object code, which
+judge the coder beyond prose, issue 41), each compressor compresses and decompresses it;
+every round trip is checked, and the order of the compressors is rotated from repeat to
+repeat (interleaved, so a busy moment of the machine falls on each in turn). One thread
+everywhere.
 
 - ``sharnn``: this checkout's ``sharnn.coding.codec.compress`` / ``decompress`` with the
   shipped model and no options (what ``sharnn compress FILE`` does), in a fresh process, the
@@ -17,6 +20,10 @@ moment of the machine falls on each in turn). One thread everywhere.
 - ``paq8px -8`` (``--paq8px PATH``: built from its source, never shipped), ``xz -9e``,
   ``bzip2 -9``, ``zstd -19`` and ``PPMd`` (order 8, 16 MiB, ``pyppmd``).
 
+The table gives each compressor's size beside PPMd's (``vs PPMd``, percent larger: the
+target of issue 41 is at most +1% for ``sharnn``), and without ``--baseline`` no baseline
+columns.
+
 Start-up: the wall time of ``sharnn compress`` of a 1 KB file as a command, warm cache,
 for this checkout and the baseline.
 
@@ -24,6 +31,8 @@ The run is resumable: every measurement is written to ``--json`` as it is made, 
 second run with the same file skips what is there. ``--report`` prints the table of a file.
 
     python benchmarks/coder_speed.py --baseline ../sharnn-0.4.0 --paq8px PATH/TO/paq8px --json results/coder-speed.json
+    python benchmarks/coder_speed.py --files json log binary --paq8px PATH/TO/paq8px \
+        --json results/coder-other-files.json
 """
 
 from __future__ import annotations
@@ -50,7 +59,9 @@ except ModuleNotFoundError as e:  # not dependencies of sharnn itself: the extra
 
 ROOT = Path(__file__).resolve().parents[1]
 CANTERBURY = ROOT / "benchmarks" / "data" / "canterbury"
-FILES = ("small", "alice29", "asyoulik", "lcet10", "plrabn12")
+OTHER = ROOT / "benchmarks" / "data" / "other"
+FILES = ("small", "alice29", "asyoulik", "lcet10", "plrabn12")  # the default: the speed targets' files
+OTHER_FILES = {"json": "span1024-results.json", "log": "pytest.log", "binary": "matching-mix.o"}  # name: file
 SMALL_BYTES = 10_000
 
 # What a fresh process runs for ``sharnn`` and its baseline: load, compile, then time.
@@ -100,10 +111,15 @@ print(json.dumps({"seconds": time.perf_counter() - start}))
 """
 
 
+def file_name(name: str) -> str:
+    """The file ``name`` of ``--files`` stands for (what the compressors see it called)."""
+    return OTHER_FILES.get(name, f"{name}.txt")
+
+
 def read(name: str) -> bytes:
     if name == "small":
         return (CANTERBURY / "alice29.txt").read_bytes()[:SMALL_BYTES]
-    return (CANTERBURY / f"{name}.txt").read_bytes()
+    return (OTHER if name in OTHER_FILES else CANTERBURY).joinpath(file_name(name)).read_bytes()
 
 
 def python(source: Path, code: str, *args: str) -> dict:
@@ -201,7 +217,7 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         for repeat in range(args.repeats):
             for name in args.files:
-                path = Path(folder) / f"{name}.txt"
+                path = Path(folder) / file_name(name)
                 path.write_bytes(read(name))
                 order = list(table)[repeat % len(table) :] + list(table)[: repeat % len(table)]
                 for compressor in order:
@@ -225,7 +241,8 @@ def run(args) -> dict:
 
 
 def rows(result: dict) -> list[dict]:
-    """One row per file and compressor: medians over repeats, speeds in KB/s of original bytes."""
+    """One row per file and compressor: medians over repeats, speeds in KB/s of original bytes,
+    the size beside PPMd's in percent (``vs_ppmd``: 100 * (bytes / PPMd's bytes - 1))."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for cell in result["cells"]:
         groups.setdefault((cell["file"], cell["compressor"]), []).append(cell)
@@ -240,8 +257,10 @@ def rows(result: dict) -> list[dict]:
             row["products_kb_s"] = original / 1000 / median([c["products_s"] for c in cells])
         row["repeats"] = len(cells)
         out.append(row)
-    for row in out:  # ratios to the baseline and to paq8px, file by file
+    for row in out:  # ratios to the baseline and to paq8px, file by file; sizes to PPMd's
         others = {r["compressor"]: r for r in out if r["file"] == row["file"]}
+        if "PPMd" in others:
+            row["vs_ppmd"] = 100 * (row["bytes"] / others["PPMd"]["bytes"] - 1)
         for reference in (k for k in others if k.startswith("sharnn ") or k == "paq8px -8"):
             key = "x_baseline" if reference.startswith("sharnn ") else "x_paq8px"
             row[key] = min(row[f"{w}_kb_s"] / others[reference][f"{w}_kb_s"] for w in ("compress", "decompress"))
@@ -249,21 +268,22 @@ def rows(result: dict) -> list[dict]:
 
 
 def report(result: dict) -> None:
-    print_table(
-        rows(result),
-        [
-            ("file", "file", ""),
-            ("compressor", "compressor", ""),
-            ("original", "bytes", ","),
-            ("bytes", "compressed", ","),
-            ("bpc", "bits/byte", ".3f"),
-            ("compress_kb_s", "compress KB/s", ".2f"),
-            ("decompress_kb_s", "decompress KB/s", ".2f"),
-            ("products_kb_s", "products KB/s", ".2f"),
-            ("x_baseline", "x baseline (slower way)", ".2f"),
-            ("x_paq8px", "x paq8px", ".2f"),
-        ],
-    )
+    """The table of ``result``: its columns that some row has (no baseline's without one)."""
+    table = rows(result)
+    columns = [
+        ("file", "file", ""),
+        ("compressor", "compressor", ""),
+        ("original", "bytes", ","),
+        ("bytes", "compressed", ","),
+        ("bpc", "bits/byte", ".3f"),
+        ("vs_ppmd", "vs PPMd %", "+.2f"),
+        ("compress_kb_s", "compress KB/s", ".2f"),
+        ("decompress_kb_s", "decompress KB/s", ".2f"),
+        ("products_kb_s", "products KB/s", ".2f"),
+        ("x_baseline", "x baseline (slower way)", ".2f"),
+        ("x_paq8px", "x paq8px", ".2f"),
+    ]
+    print_table(table, [c for c in columns if any(c[0] in row for row in table)])
     if "startup" in result:
         for name, seconds in result["startup"].items():
             print(f"start-up, sharnn compress of 1 KB ({name}): median {median(seconds):.2f} s of {len(seconds)}")
@@ -271,7 +291,7 @@ def report(result: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", nargs="+", choices=FILES, default=list(FILES))
+    parser.add_argument("--files", nargs="+", choices=(*FILES, *OTHER_FILES), default=list(FILES))
     parser.add_argument("--baseline", default=None, help="a checkout of an earlier sharnn to measure beside")
     parser.add_argument("--baseline-name", default="0.4.0", help="its name in the table [%(default)s]")
     parser.add_argument("--paq8px", default=shutil.which("paq8px"), help="the paq8px binary [on PATH]")
