@@ -13,6 +13,15 @@ import pytest
 from helpers import single_thread, write_small_corpus
 
 
+def pytest_sessionstart(session):
+    """Compile the kernels (or load them from numba's cache) before any test runs: the first
+    use on a machine says so on standard error, which a test of a command's output would read."""
+    import sharnn.coding.codec  # noqa: F401  (registers every kernel: the step's and the mixing's)
+    from sharnn.compiled import ensure_compiled
+
+    ensure_compiled()
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     with single_thread():
