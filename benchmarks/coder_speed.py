@@ -12,6 +12,8 @@ everywhere.
 - ``sharnn``: this checkout's ``sharnn.coding.codec.compress`` / ``decompress`` with the
   shipped model and no options (what ``sharnn compress FILE`` does), in a fresh process, the
   model loaded and the kernels compiled before the clock starts;
+- with ``--modes``, ``sharnn --mixing 1`` (the adaptive stage of version 1) and ``sharnn
+  --no-adapt`` (the model alone): the same with those arguments of ``compress``;
 - ``sharnn BASELINE``: the same in the checkout ``--baseline DIR`` (a ``git worktree`` of
   an earlier release, e.g. 0.4.0: ``git worktree add ../sharnn-0.4.0 e547d1e``);
 - ``products``: the shipped model's matrix products alone, float32 through oneDNN, at the
@@ -63,6 +65,7 @@ OTHER = ROOT / "benchmarks" / "data" / "other"
 FILES = ("small", "alice29", "asyoulik", "lcet10", "plrabn12")  # the default: the speed targets' files
 OTHER_FILES = {"json": "span1024-results.json", "log": "pytest.log", "binary": "matching-mix.o"}  # name: file
 SMALL_BYTES = 10_000
+MODES = {"sharnn --mixing 1": {"mixing": 1}, "sharnn --no-adapt": {"adapt": False}}  # compress's arguments
 
 # What a fresh process runs for ``sharnn`` and its baseline: load, compile, then time.
 DRIVER = r"""
@@ -77,7 +80,8 @@ except ImportError:
     compile_seconds = None
 model = sharnn.load().model
 data = open(sys.argv[1], "rb").read()
-start = time.perf_counter(); blob = codec.compress(data, model); middle = time.perf_counter()
+options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}  # a mode's arguments of compress
+start = time.perf_counter(); blob = codec.compress(data, model, **options); middle = time.perf_counter()
 back = codec.decompress(blob, model); end = time.perf_counter()
 streams = codec.default_streams(len(data))
 print(json.dumps({"bytes": len(blob), "compress_s": middle - start, "decompress_s": end - middle,
@@ -131,8 +135,8 @@ def python(source: Path, code: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def sharnn(source: Path, path: Path) -> dict:
-    result = python(source, DRIVER, str(path))
+def sharnn(source: Path, path: Path, options: dict | None = None) -> dict:
+    result = python(source, DRIVER, str(path), *([json.dumps(options)] if options else []))
     if not result["exact"]:
         raise SystemExit(f"{source}: {path.name} did not round-trip")
     return result
@@ -187,6 +191,8 @@ def startup(source: Path) -> float:
 def compressors(args) -> dict:
     """Name -> ``measure(name_of_file, path) -> dict`` for every compressor of this run."""
     table = {"sharnn": lambda name, path: sharnn(ROOT, path)}
+    for mode, options in MODES.items() if args.modes else ():
+        table[mode] = lambda name, path, options=options: sharnn(ROOT, path, options)
     if args.baseline:
         table[f"sharnn {args.baseline_name}"] = lambda name, path: sharnn(Path(args.baseline), path)
     if args.paq8px:
@@ -240,6 +246,11 @@ def run(args) -> dict:
     return result
 
 
+def is_baseline(compressor: str) -> bool:
+    """Whether a row is the baseline's (``sharnn 0.4.0``), not this checkout's or one of its modes."""
+    return compressor.startswith("sharnn ") and compressor not in MODES
+
+
 def rows(result: dict) -> list[dict]:
     """One row per file and compressor: medians over repeats, speeds in KB/s of original bytes,
     the size beside PPMd's in percent (``vs_ppmd``: 100 * (bytes / PPMd's bytes - 1))."""
@@ -261,8 +272,8 @@ def rows(result: dict) -> list[dict]:
         others = {r["compressor"]: r for r in out if r["file"] == row["file"]}
         if "PPMd" in others:
             row["vs_ppmd"] = 100 * (row["bytes"] / others["PPMd"]["bytes"] - 1)
-        for reference in (k for k in others if k.startswith("sharnn ") or k == "paq8px -8"):
-            key = "x_baseline" if reference.startswith("sharnn ") else "x_paq8px"
+        for reference in (k for k in others if is_baseline(k) or k == "paq8px -8"):
+            key = "x_baseline" if is_baseline(reference) else "x_paq8px"
             row[key] = min(row[f"{w}_kb_s"] / others[reference][f"{w}_kb_s"] for w in ("compress", "decompress"))
     return out
 
@@ -295,6 +306,7 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="a checkout of an earlier sharnn to measure beside")
     parser.add_argument("--baseline-name", default="0.4.0", help="its name in the table [%(default)s]")
     parser.add_argument("--paq8px", default=shutil.which("paq8px"), help="the paq8px binary [on PATH]")
+    parser.add_argument("--modes", action="store_true", help="also sharnn's other modes: " + ", ".join(MODES))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", default="benchmarks/results/coder_speed.json", help="results file (resumed)")
     parser.add_argument("--report", action="store_true", help="only print the table of --json")
