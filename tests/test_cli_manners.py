@@ -188,7 +188,7 @@ def test_list_and_info_show_what_a_file_says_about_itself(folder):
     assert_ok(listed)
     for expected in (
         "a.txt.shz:",
-        "format version: 5",
+        "format version: 6",
         f"not shipped (decompress with --model), sha256 {header.model_sha256}",
         "streams:        2",
         f"original:       {len(TEXT):,} bytes",
