@@ -702,12 +702,15 @@ def test_folding_makes_a_crlf_text_smaller_than_coding_its_crs(model, monkeypatc
     assert len(folded[False]) < 0.98 * len(unfolded[False])
 
 
-def test_cli_round_trip_of_crlf_text(tmp_path, run_dir):
+def test_cli_round_trip_of_crlf_text_lists_its_line_ends(tmp_path, run_dir):
     source, packed, out = tmp_path / "crlf.txt", tmp_path / "crlf.txt.shz", tmp_path / "crlf.out"
     source.write_bytes(CRLF_TEXT)
     assert_ok(cli("compress", source, "-o", packed, "--model", run_dir, "--quiet"))
     header = read_header(packed.read_bytes())[0]
     assert header.storage == "coded" and header.crlf == TEXT.count(b"\n") and header.length == len(CRLF_TEXT)
+    listed = cli("decompress", "-l", packed)
+    assert_ok(listed)
+    assert f"line ends:      CRLF, coded as LF ({header.crlf:,} folded)" in listed.stdout
     assert_ok(cli("decompress", packed, "-o", out, "--model", run_dir, "--quiet"))
     assert out.read_bytes() == CRLF_TEXT
 
