@@ -188,7 +188,7 @@ def test_list_and_info_show_what_a_file_says_about_itself(folder):
     assert_ok(listed)
     for expected in (
         "a.txt.shz:",
-        "format version: 5",
+        "format version: 6",
         f"not shipped (decompress with --model), sha256 {header.model_sha256}",
         "streams:        2",
         f"original:       {len(TEXT):,} bytes",
@@ -197,6 +197,7 @@ def test_list_and_info_show_what_a_file_says_about_itself(folder):
         "storage:        coded",
     ):
         assert expected in listed.stdout, (expected, listed.stdout)
+    assert "line ends" not in listed.stdout  # LF text: nothing folded, no row (a CRLF file's: tests/test_compress.py)
     info = cli("info", "a.txt.shz")
     assert_ok(info)
     assert info.stdout == listed.stdout == cli("compress", "-l", "a.txt.shz").stdout

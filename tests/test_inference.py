@@ -1,8 +1,8 @@
 """The inference step (sharnn.models.step.Step): the model's function one position at a time
 for every variant (its memory a ring that wraps), prepared again after the weights change,
 continued exactly from a prompt's state; compress, decompress and generate run on it, and
-its files (format version 5; 4 before the mixing, 3 before the integer step) round-trip byte
-for byte while a Transformer's keep version 2."""
+its files (format version 6; 5 before the line ends were folded, 4 before the mixing, 3
+before the integer step) round-trip byte for byte while a Transformer's keep version 2."""
 
 from __future__ import annotations
 
@@ -200,37 +200,39 @@ def version(blob: bytes) -> int:
 @pytest.mark.slow  # a few seconds: out of the working loop
 @pytest.mark.parametrize("streams", [1, 3, 8])
 @pytest.mark.parametrize("data", [b"", b"x", RANDOM, TEXT], ids=["empty", "one-byte", "random", "text"])
-def test_version_5_round_trips_byte_exactly_through_the_command_line(tmp_path, run_dir, data, streams):
+def test_version_6_round_trips_byte_exactly_through_the_command_line(tmp_path, run_dir, data, streams):
     """The command line's file (coded by the integer step mixed with context models, or
     stored raw when that is smaller) and the coded file (in-process, never stored) decode
-    to the input, both of version 5; the integer step's unmixed payload framed as version 4,
-    and the float step's framed as version 3, decode too."""
+    to the input, both of version 6; the same payload framed as version 5 (these inputs
+    have no CRLF to fold), the integer step's unmixed payload framed as version 4, and the
+    float step's framed as version 3, decode too."""
     source, packed, out = tmp_path / "in", tmp_path / "in.shz", tmp_path / "out"
     source.write_bytes(data)
     assert_ok(cli("compress", source, packed, "--model", run_dir, "--streams", streams, "--quiet"))
-    assert version(packed.read_bytes()) == 5
+    assert version(packed.read_bytes()) == 6
     assert_ok(cli("decompress", packed, out, "--model", run_dir, "--quiet"))
     assert out.read_bytes() == data
     model = load_model(run_dir)[0]
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None)
     blob = container.pack(header) + payload
-    assert version(blob) == 5 and read_header(blob)[0].streams == len(stream_lengths(len(data), streams))
-    assert header.precision == "integer" and header.portable and header.mixing == 2
+    assert version(blob) == 6 and read_header(blob)[0].streams == len(stream_lengths(len(data), streams))
+    assert header.precision == "integer" and header.portable and header.mixing == 2 and header.crlf == 0
     assert decompress(blob, model) == data
+    assert decompress(container.pack(header, 5) + payload, model) == data
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None, adapt=False)
     assert decompress(container.pack(header, 4) + payload, model) == data
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None, precision="fp32")
     assert decompress(container.pack(header, 3) + payload, model) == data
 
 
-def test_online_mode_writes_version_5_in_fp32_unmixed_and_round_trips():
+def test_online_mode_writes_version_6_in_fp32_unmixed_and_round_trips():
     """Online mode trains between positions: both sides prepare the step again after every
     update. It trains in floating point, so its files are fp32 and not portable."""
     config = online_config(["model.d_model=32", "model.boom_dim=64", "model.attention_span=24", "bptt=16"])
     data = TEXT[:500]
     header, payload = codec.encode(data, online_model(config), streams=3, online=config, progress=None)
     blob = container.pack(header) + payload
-    assert version(blob) == 5 and header.mode == "online" and len(data) % 3
+    assert version(blob) == 6 and header.mode == "online" and len(data) % 3
     assert header.precision == "fp32" and not header.portable and header.integer_step is header.mixing is None
     assert decompress(blob) == data
 
@@ -242,5 +244,8 @@ def test_a_transformer_keeps_writing_version_2():
     blob = compress(TEXT[:200], model, streams=2)
     assert version(blob) == 2 and b'"precision"' not in blob  # a key of version 3
     assert decompress(blob, model) == TEXT[:200]
+    crlf = TEXT[:200].replace(b"\n", b"\r\n")  # version 2 has no key for folded line ends: coded as it is
+    header, payload = codec.encode(crlf, model, streams=2, online=None, progress=None)
+    assert header.crlf == 0 and decompress(container.pack(header, 2) + payload, model) == crlf
     with pytest.raises(ConfigError, match="precision bf16 runs the SHA-RNN's inference step; a Transformer codes"):
         compress(TEXT[:200], model, streams=2, precision="bf16")

@@ -7,9 +7,9 @@ per arithmetic behind one :func:`walk` over the positions, the same for both dir
 arithmetic    predictor                                              files
 ============  =====================================================  ===============================
 ``forward``   :class:`FloatPredictor` of the model's forward         versions 1, 2; a Transformer's
-``float``     :class:`FloatPredictor` of the float step, fp32/bf16   versions 3 to 5 in fp32, bf16
-``integer``   :class:`IntegerPredictor`: the integer step            versions 4, 5 (``--no-adapt``)
-``mixed``     :class:`MixedPredictor`: integer step, context models  version 5 (the default)
+``float``     :class:`FloatPredictor` of the float step, fp32/bf16   versions 3 to 6 in fp32, bf16
+``integer``   :class:`IntegerPredictor`: the integer step            versions 4 to 6 (``--no-adapt``)
+``mixed``     :class:`MixedPredictor`: integer step, context models  versions 5, 6 (the default)
 ``online``    :class:`OnlinePredictor`: forward or float, trained    online mode, every version
 ============  =====================================================  ===============================
 

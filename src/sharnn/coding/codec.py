@@ -30,6 +30,9 @@ in bfloat16 (:class:`sharnn.models.step.Step`): faster, a little less exact. The
 records the CPU features that arithmetic depends on (:func:`cpu_features`), and a bf16
 file is decoded only on a CPU with the same ones.
 
+Text whose line ends are all CRLF is coded with them folded to LF (:func:`fold_line_ends`,
+format version 6): the shipped model learnt LF line ends.
+
 When the coded file would be larger than the input stored raw (incompressible input, or
 input the model predicts badly), :func:`compress` stores the input raw instead: the file's
 header says ``storage: "stored"``, and such a file decodes without the model.
@@ -68,7 +71,15 @@ from .environment import (
 )
 from .online import ONLINE_STREAMS, online_model, online_settings
 
-__all__ = ["START_BYTE", "compress", "decompress", "default_streams", "stream_lengths"]
+__all__ = [
+    "START_BYTE",
+    "compress",
+    "decompress",
+    "default_streams",
+    "fold_line_ends",
+    "stream_lengths",
+    "unfold_line_ends",
+]
 
 
 _FAMILY = constriction.stream.model.Categorical(perfect=False)
@@ -99,6 +110,36 @@ def stream_lengths(length: int, streams: int) -> list[int]:
     equal as possible, the longer ones first."""
     streams = min(streams, length)
     return [length // streams + (i < length % streams) for i in range(streams)]
+
+
+def fold_line_ends(data: bytes) -> tuple[bytes, int]:
+    """The bytes :func:`compress` codes for ``data``, and how many CRLF line ends it folded
+    (docs/compression.md, "Line ends"): where every line end is CRLF (each LF after a CR,
+    each CR before an LF) and there is one at least, ``data`` with each CRLF made LF and
+    their count; else ``data`` itself and 0 (LF text, mixed line ends, a lone CR)."""
+    crlf = data.count(b"\r\n")
+    if crlf and crlf == data.count(b"\n") == data.count(b"\r"):
+        return data.replace(b"\r\n", b"\n"), crlf
+    return data, 0
+
+
+def unfold_line_ends(coded: bytes, crlf: int, length: int, name: str = "input") -> bytes:
+    """Invert :func:`fold_line_ends`: the ``length`` bytes of ``coded`` (the decoded
+    streams) with each LF made CRLF again, where ``crlf`` line ends were folded (none: ``coded``).
+
+    Raises:
+        DataError: ``coded`` holds other than ``crlf`` LFs (unfolded, it would not be
+            ``length`` bytes) or a CR (folding leaves none): a header that contradicts its streams.
+    """
+    if not crlf:
+        return coded
+    data, returns = coded.replace(b"\n", b"\r\n"), coded.count(b"\r")
+    if len(data) != length or returns:
+        raise DataError(
+            f"{name} is corrupt: its header says {crlf:,} CRLF line ends were folded, but it decodes to "
+            f"{len(data) - len(coded):,} LFs and {returns:,} CRs ({len(data):,} bytes unfolded, not {length:,})"
+        )
+    return data
 
 
 def compress(
@@ -138,7 +179,7 @@ def compress(
 
     Returns:
         The compressed file's bytes: a header (format version :func:`written_version`:
-        5 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
+        6 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
         would be larger, the header and ``data`` itself (``read_header(blob)[0].storage``
         is then ``"stored"`` and ``.coded_bytes`` the coded file's size), at most
         ``len(data)`` plus the header.
@@ -174,6 +215,7 @@ def _stored(header: Header, data: bytes, version: int, coded_bytes: int) -> byte
         stream_crc32=[],
         payload_bytes=len(data),
         payload_crc32=zlib.crc32(data),
+        crlf=0,
     )
     return pack(stored, version) + data
 
@@ -189,7 +231,8 @@ def encode(
     adapt: bool | None = None,
     mixing: int | None = None,
 ) -> tuple[Header, bytes]:
-    """Range-code ``data`` (:func:`compress`'s arguments): the coded file's header and payload."""
+    """Range-code ``data`` (:func:`compress`'s arguments), its CRLF line ends folded
+    (:func:`fold_line_ends`) where the format records them: the coded file's header and payload."""
     if precision is None:
         precision = default_precision(model, online)
     check_streams(streams)
@@ -203,8 +246,9 @@ def encode(
     if mixing is not None and mixing not in MIXINGS:
         raise ConfigError(f"mixing must be one of {', '.join(map(str, MIXINGS))}, got {mixing}")
     arithmetic = Arithmetic.written(written_version(model), precision, mixed, online, mixing or DEFAULT_MIXING)
-    lengths = stream_lengths(len(data), streams)
-    grid = _to_grid(np.frombuffer(data, dtype=np.uint8), lengths)
+    folded, crlf = fold_line_ends(data) if written_version(model) == FORMAT_VERSION else (data, 0)
+    lengths = stream_lengths(len(folded), streams)
+    grid = _to_grid(np.frombuffer(folded, dtype=np.uint8), lengths)
     fingerprint = model_sha256(model)  # before online mode trains it
     encoder = constriction.stream.queue.RangeEncoder()
 
@@ -224,7 +268,7 @@ def encode(
         model_sha256=fingerprint,
         length=len(data),
         streams=len(lengths),
-        stream_crc32=[zlib.crc32(data[a:b]) for a, b in pairwise(starts)],
+        stream_crc32=[zlib.crc32(folded[a:b]) for a, b in pairwise(starts)],
         payload_bytes=len(payload),
         payload_crc32=zlib.crc32(payload),
         environment=environment(device_of(model), precision),
@@ -233,6 +277,7 @@ def encode(
         portable=arithmetic.portable,
         integer_step=arithmetic.integer_step,
         mixing=arithmetic.mixing,
+        crlf=crlf,
     )
     return header, payload
 
@@ -318,14 +363,16 @@ def decompress(
     model = _decoding_model(header, model, name)
     if not header.length:
         return b""
-    return _decode(arithmetic, model, header, payload, name, progress, threads)
+    coded = _decode(arithmetic, model, header, payload, name, progress, threads)
+    return unfold_line_ends(coded, header.crlf, header.length, name)
 
 
 def _decode(arithmetic: Arithmetic, model: SHARNN, header: Header, payload: bytes, name: str, progress, threads: int):
-    """The bytes of a coded file's ``payload`` (:func:`decompress`'s arguments), every
-    stream's CRC32 checked; a payload that does not decode here raises :class:`DataError`."""
+    """The bytes a coded file's ``payload`` codes (:func:`decompress`'s arguments; its
+    line ends still folded, ``length - crlf`` bytes), every stream's CRC32 checked; a
+    payload that does not decode here raises :class:`DataError`."""
     decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
-    lengths = stream_lengths(header.length, header.streams)
+    lengths = stream_lengths(header.length - header.crlf, header.streams)
 
     def code(t: int, probs: np.ndarray) -> np.ndarray:
         return decoder.decode(_FAMILY, probs)

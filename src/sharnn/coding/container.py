@@ -23,25 +23,27 @@ MAGIC = b"\x89sharnn\n"
 
 
 # The version compress() writes for an SHA-RNN, whose positions an inference step computes
-# (version 5: the integer step mixed with context models that adapt to the file, by
-# default; version 4: the integer step, its files portable; version 3: the float step
-# only); a Transformer's files, computed by its forward, keep version 2. Versions 1 (no
-# storage keys) and 2 decode with the model's forward, the path that wrote them.
-FORMAT_VERSION = 5
+# (version 6: version 5's coding of the input with its CRLF line ends folded to LF where
+# every line end is CRLF; version 5: the integer step mixed with context models that
+# adapt to the file, by default; version 4: the integer step, its files portable; version
+# 3: the float step only); a Transformer's files, computed by its forward, keep version 2.
+# Versions 1 (no storage keys) and 2 decode with the model's forward, the path that wrote them.
+FORMAT_VERSION = 6
 
 
 FORWARD_VERSIONS = (1, 2)
 
 
-STEP_VERSIONS = (3, 4, FORMAT_VERSION)
+STEP_VERSIONS = (3, 4, 5, FORMAT_VERSION)
 
 
 READABLE_VERSIONS = (*FORWARD_VERSIONS, *STEP_VERSIONS)
 
 
-# From version 5 the header's JSON is stored raw-deflated (RFC 1951) with this preset
+# From version 5 the header's JSON is stored raw-deflated (RFC 1951) with a preset
 # dictionary, a typical header: its keys and common values cost a few bits each, and
 # a header takes about 90 bytes instead of about 420 (what a small file is made of).
+# Version 5's is HEADER_DICTIONARY; version 6's adds its key (HEADER_DICTIONARIES).
 DEFLATED_FROM = 5
 HEADER_DICTIONARY = (
     b'{"mode":"model","model_sha256":"","length":,"streams":,"stream_crc32":[],"payload_bytes":,'
@@ -49,6 +51,7 @@ HEADER_DICTIONARY = (
     b'"online":null,"tokenizer":"bytes","storage":"coded","coded_bytes":null,"precision":"integer",'
     b'"portable":true,"integer_step":1,"mixing":1}'
 )
+HEADER_DICTIONARIES = {5: HEADER_DICTIONARY, 6: HEADER_DICTIONARY[:-1] + b',"crlf":0}'}
 
 
 # The step arithmetic a file may name: ``integer`` (portable: the same bits everywhere,
@@ -105,12 +108,15 @@ class Header:
             4 on), ``"fp32"`` or ``"bf16"`` (:class:`~sharnn.models.step.Step`); a key of
             versions 3 on (files of versions 1 and 2 read as ``"fp32"``).
         portable: whether the file decodes on any machine (precision ``"integer"``); a
-            key of versions 4 and 5 (older files read as False).
+            key of versions 4 on (older files read as False).
         integer_step: the :data:`INTEGER_STEP_VERSION` of an integer file, else None; a
-            key of versions 4 and 5.
+            key of versions 4 on.
         mixing: the :data:`~sharnn.coding.mixing.MIXING_VERSION` of a file whose model was
             mixed with adaptive context models (integer files only), else None; a key of
-            version 5.
+            versions 5 on.
+        crlf: how many CRLF line ends were folded to LF before coding (0: none; the
+            streams hold ``length - crlf`` bytes; :func:`sharnn.coding.codec.fold_line_ends`);
+            a key of version 6 (older files read as 0).
     """
 
     mode: str
@@ -129,6 +135,7 @@ class Header:
     portable: bool = False
     integer_step: int | None = None
     mixing: int | None = None
+    crlf: int = 0
 
 
 _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
@@ -138,6 +145,7 @@ _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
     "portable",
     "integer_step",
     "mixing",
+    "crlf",
 }
 
 
@@ -150,6 +158,7 @@ _KEYS = {  # the exact keys of each version
     3: _V2_KEYS | {"precision"},
     4: _V2_KEYS | {"precision", "portable", "integer_step"},
     5: _V2_KEYS | {"precision", "portable", "integer_step", "mixing"},
+    6: _V2_KEYS | {"precision", "portable", "integer_step", "mixing", "crlf"},
 }
 
 
@@ -204,7 +213,7 @@ def parse(blob: bytes, name: str) -> Compressed:
     if zlib.crc32(text) != _CRC.unpack_from(blob, end)[0]:
         raise DataError(f"{name} is corrupt: its header fails its CRC32 check")
     if version >= DEFLATED_FROM:
-        text = _inflate(text, name)
+        text = _inflate(text, version, name)
     header = _check_header(_parse_header(text, name), version, name)
     payload = blob[end + _CRC.size :]
     if len(payload) != header.payload_bytes:
@@ -217,25 +226,30 @@ def parse(blob: bytes, name: str) -> Compressed:
 
 
 def pack(header: Header, version: int = FORMAT_VERSION) -> bytes:
-    """A version-``version`` file's header (the keys of that version): prefix, JSON and its CRC32."""
+    """A version-``version`` file's header (the keys of that version): prefix, JSON and its CRC32.
+    A header of folded line ends (``crlf``) packs only in a version that records them (else ValueError)."""
+    if header.crlf and "crlf" not in _KEYS[version]:
+        raise ValueError(f"a version-{version} header cannot record {header.crlf} folded line ends")
     fields = {key: value for key, value in dataclasses.asdict(header).items() if key in _KEYS[version]}
     return frame(json.dumps(fields, separators=(",", ":")).encode(), version)
 
 
 def frame(text: bytes, version: int) -> bytes:
     """Magic, ``version``, the length of the stored header, the stored header (``text``;
-    from version 5 raw-deflated with :data:`HEADER_DICTIONARY`) and its CRC32."""
+    from version 5 raw-deflated with its version's :data:`HEADER_DICTIONARIES`, a later
+    version than this sharnn's with its own version's) and its CRC32."""
     if version >= DEFLATED_FROM:
-        deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, HEADER_DICTIONARY)
+        dictionary = HEADER_DICTIONARIES[min(version, FORMAT_VERSION)]
+        deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, dictionary)
         text = deflate.compress(text) + deflate.flush()
     return _PREFIX.pack(MAGIC, version, len(text)) + text + _CRC.pack(zlib.crc32(text))
 
 
-def _inflate(stored: bytes, name: str) -> bytes:
-    """A version-5 header's JSON from its stored bytes: at most 4,096 + 16 bytes per stored
-    byte (a legitimate header deflates far less; a larger one is refused before it is
-    allocated), or :class:`DataError`."""
-    inflate = zlib.decompressobj(-15, zdict=HEADER_DICTIONARY)
+def _inflate(stored: bytes, version: int, name: str) -> bytes:
+    """A header's JSON from its stored bytes (version 5 on: deflated with its version's
+    dictionary): at most 4,096 + 16 bytes per stored byte (a legitimate header deflates far
+    less; a larger one is refused before it is allocated), or :class:`DataError`."""
+    inflate = zlib.decompressobj(-15, zdict=HEADER_DICTIONARIES[version])
     try:
         text = inflate.decompress(stored, 4096 + 16 * len(stored))
     except zlib.error:
@@ -290,6 +304,7 @@ _FIELDS = {  # key: (valid?, what it must be)
     "portable": (lambda v: type(v) is bool, "true or false"),
     "integer_step": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
     "mixing": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
+    "crlf": (_is_count, "an integer >= 0"),
 }
 
 
@@ -377,11 +392,16 @@ def _is_feature_list(value: list) -> bool:
 
 
 def _layout_problem(header: Header) -> str | None:
-    """What contradicts what in a header's sizes, streams and mode, or None."""
-    n, streams, size = header.length, header.streams, header.payload_bytes
+    """What contradicts what in a header's sizes, streams, folded line ends and mode, or None.
+    The streams hold the ``length - crlf`` bytes coded (``n`` below)."""
+    n, streams, size, crlf = header.length - header.crlf, header.streams, header.payload_bytes, header.crlf
     if (header.mode == "online") != (header.online is not None):
         return f"mode is {header.mode} but its online settings are {'absent' if header.online is None else 'present'}"
+    if crlf > header.length // 2:
+        return f"crlf is {crlf:,} for a length of {header.length:,} (a folded line end is 2 bytes of it)"
     if header.storage == "stored":
+        if crlf:
+            return f"crlf is {crlf:,} in a stored file (its payload is the input: nothing is folded)"
         if streams or header.stream_crc32:
             return f"streams is {streams} with {len(header.stream_crc32)} stream CRC32s in a stored file (it has none)"
         if size != n:
@@ -391,14 +411,15 @@ def _layout_problem(header: Header) -> str | None:
         return None
     if header.coded_bytes is not None:
         return f"coded_bytes is {header.coded_bytes} in a coded file (it is null there)"
+    coded = f"{n:,}" + (f" ({header.length:,} less {crlf:,} folded CRs)" if crlf else "")
     if streams != len(header.stream_crc32):
         return f"streams is {streams} but it lists {len(header.stream_crc32)} stream CRC32s"
     if streams > n or (streams == 0) != (n == 0):
-        return f"streams is {streams} for a length of {n:,} (between 1 and the length, 0 only for an empty file)"
+        return f"streams is {streams} for a length of {coded} (between 1 and the length, 0 only for an empty file)"
     if size % 4 or (size == 0) != (n == 0):
-        return f"payload_bytes is {size:,} for a length of {n:,} (32-bit words, none only for an empty file)"
+        return f"payload_bytes is {size:,} for a length of {coded} (32-bit words, none only for an empty file)"
     if n > _BYTES_PER_PAYLOAD_BIT * 8 * size:
-        return f"length {n:,} is more than {size:,} payload bytes can code"
+        return f"length {coded} is more than {size:,} payload bytes can code"
     return None
 
 

@@ -33,6 +33,7 @@ class Listing:
             "model": self._model(),
             "streams": f"{header.streams}",
             "original": f"{header.length:,} bytes",
+            **({"line ends": f"CRLF, coded as LF ({header.crlf:,} folded)"} if header.crlf else {}),
             "compressed": f"{self.size:,} bytes" + self._ratio(),
             "arithmetic": self._arithmetic(),
             "storage": "coded"

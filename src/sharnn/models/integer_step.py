@@ -1,7 +1,7 @@
 """The integer step: one inference position of an SHA-RNN for ``B`` streams, computed so
 that its results are the same bits on every CPU kind, thread count and torch version
 (docs/compression.md, "The integer step"). ``sharnn compress`` codes with it by default
-(format versions 4 and 5), so that a file decodes on any machine.
+(format versions 4 on), so that a file decodes on any machine.
 
 It is the quantized twin of :class:`~sharnn.models.step.Step`, specified operation by
 operation in torch (tests/spec_integer_step.py) and computed by numba kernels that give
