@@ -911,6 +911,19 @@ HOSTILE |= {
 }
 
 
+# And model_input, false only in a mixed file (the context models coding without the model).
+HOSTILE |= {
+    "v6-without-model-input": (6, _fields(model_input=_DROP), "version-6 header lacks model_input"),
+    "v5-with-model-input": (5, _fields(model_input=True), "version-5 header has unknown keys model_input"),
+    "model-input-not-bool": (6, _fields(model_input=0), "model_input is 0, not true or false"),
+    "model-input-without-mixing": (
+        6,
+        _fields(model_input=False),
+        "model_input is false in a file without mixing (the context models code without the model)",
+    ),
+}
+
+
 @pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
 def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_blob, case):
     """Headers written by the module's own framing (a correct CRC32), whose content is not
@@ -919,7 +932,7 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     header, payload = read_header(online_blob)
     fields = dataclasses.asdict(header)
     if version < 6:  # keys of version 6 only
-        del fields["crlf"]
+        del fields["crlf"], fields["model_input"]
     if version < 5:  # keys of version 5 only
         del fields["mixing"]
     if version < 4:  # keys of version 4 only
@@ -1080,3 +1093,53 @@ def test_cli_adapt_with_online_mode_or_a_float_step_is_one_line(tmp_path):
     for flags, fragment in ((["--online"], "online mode learns the model itself"), (["--precision", "fp32"], "fp32")):
         line = assert_user_error(cli("compress", source, tmp_path / "out.shz", "--adapt", *flags), "--adapt", fragment)
         assert not (tmp_path / "out.shz").exists(), line
+
+
+# Input that is not text: control bytes and invalid UTF-8 (object code), against text in any script.
+BINARY = (bytes(range(32)) + b"\x7f\xc3\x28\xff\x00" * 8 + TEXT[:64]) * 24
+
+
+@pytest.mark.parametrize(
+    "data, binary",
+    [
+        (TEXT, False),
+        (CRLF_TEXT, False),
+        ("Привет, мир: текст по-русски.\n".encode() * 20, False),
+        (b"", False),
+        (b'{"a": [1, 2.5, "\\u00e9"]}\n' * 30, False),
+        (BINARY, True),
+        (bytes(range(256)) * 8, True),
+        (b"\x00" * 100, True),
+    ],
+    ids=["text", "crlf", "cyrillic", "empty", "json", "object-code", "all-bytes", "zeros"],
+)
+def test_looks_binary_tells_text_in_any_script_from_object_code(data, binary):
+    assert codec.looks_binary(data) is binary
+
+
+def test_input_that_is_not_text_is_coded_by_the_context_models_alone(model, other_model_dir):
+    """Object code is mixed without the model (``model_input`` false): the step never runs,
+    so another model's weights give the same payload; the file decodes with its own model,
+    and -l says so. Text keeps the model."""
+    blob = coded(BINARY, model, streams=3)
+    header, payload = read_header(blob)
+    assert header.storage == "coded" and header.mixing is not None and header.model_input is False
+    assert decompress(blob, model) == BINARY
+    other = load_model(other_model_dir)[0]
+    assert read_header(coded(BINARY, other, streams=3))[1] == payload  # the same bits: no model in them
+    assert read_header(coded(TEXT, model, streams=3))[0].model_input is True
+    no_adapt = read_header(coded(BINARY, model, streams=3, adapt=False))[0]  # the model alone keeps the model
+    assert no_adapt.model_input is True and no_adapt.mixing is None
+    with pytest.raises(ValueError, match="a version-5 header cannot record a model left out"):
+        container.pack(header, 5)
+
+
+def test_cli_lists_input_that_is_not_text(tmp_path, run_dir):
+    source, packed, out = tmp_path / "blob.bin", tmp_path / "blob.bin.shz", tmp_path / "blob.out"
+    source.write_bytes(BINARY)
+    assert_ok(cli("compress", source, "-o", packed, "--model", run_dir, "--quiet"))
+    listed = cli("decompress", "-l", packed)
+    assert_ok(listed)
+    assert "not text: coded by the context models alone" in listed.output
+    assert_ok(cli("decompress", packed, "-o", out, "--model", run_dir, "--quiet"))
+    assert out.read_bytes() == BINARY

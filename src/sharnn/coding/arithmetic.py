@@ -55,6 +55,8 @@ class Arithmetic:
         integer_step: the integer step's version (precision integer), else None.
         mixing: the adaptive mixing's version (mixed files), else None.
         online: online mode's settings, else None.
+        model_input: whether the model's predictions enter the mixing (false: the context
+            models alone, for input that is not text).
     """
 
     version: int
@@ -62,6 +64,7 @@ class Arithmetic:
     integer_step: int | None = None
     mixing: int | None = None
     online: TrainConfig | None = None
+    model_input: bool = True
 
     @classmethod
     def of(cls, version: int, header: Header, name: str = "input") -> Arithmetic:
@@ -82,16 +85,23 @@ class Arithmetic:
                 f"{', '.join(map(str, MIXINGS))}: decompress it with the sharnn that made it"
             )
         online = None if header.online is None else load_config(header.online)
-        return cls(version, header.precision, header.integer_step, header.mixing, online)
+        return cls(version, header.precision, header.integer_step, header.mixing, online, header.model_input)
 
     @classmethod
     def written(
-        cls, version: int, precision: str, mixed: bool, online: TrainConfig | None, mixing: int = MIXING_VERSION
+        cls,
+        version: int,
+        precision: str,
+        mixed: bool,
+        online: TrainConfig | None,
+        mixing: int = MIXING_VERSION,
+        model_input: bool = True,
     ) -> Arithmetic:
         """The arithmetic :func:`~sharnn.coding.codec.compress` writes (checked there), a
-        mixed one with mixing version ``mixing``."""
+        mixed one with mixing version ``mixing``, with the model's predictions or without."""
         integer = precision == "integer"
-        return cls(version, precision, INTEGER_STEP_VERSION if integer else None, mixing if mixed else None, online)
+        step = INTEGER_STEP_VERSION if integer else None
+        return cls(version, precision, step, mixing if mixed else None, online, model_input or not mixed)
 
     @property
     def kind(self) -> str:
@@ -118,7 +128,7 @@ class Arithmetic:
         kind_of_step = {"forward": "forward", "float": self.precision}.get(kind, "integer")
         step, device = inference_step(model, streams, positions, kind_of_step), device_of(model)
         if kind == "mixed":
-            return MixedPredictor(step, device, self.mixing)
+            return MixedPredictor(step, device, self.mixing, self.model_input)
         return (IntegerPredictor if kind == "integer" else FloatPredictor)(step, device)
 
 
@@ -165,13 +175,19 @@ class IntegerPredictor(Predictor):
 class MixedPredictor(Predictor):
     """The integer step's log-weights mixed with context models that learn the file:
     mixing version 1 (:class:`~sharnn.coding.mixing.AdaptiveMixer`) or 2 (its match model
-    and APMs, :class:`~sharnn.coding.matching.MatchMixer`)."""
+    and APMs, :class:`~sharnn.coding.matching.MatchMixer`). Without ``model_input`` the
+    step never runs: the mixers take log-weights of 0, a constant that changes neither
+    their prediction nor their learning, and the context models code alone."""
 
-    def __init__(self, step, device: torch.device, mixing: int = MIXING_VERSION):
+    def __init__(self, step, device: torch.device, mixing: int = MIXING_VERSION, model_input: bool = True):
         super().__init__(step, device)
         self.mixer = AdaptiveMixer(step.streams) if mixing == 1 else MatchMixer(step.streams)
+        self.model_input = model_input
+        self.flat = np.zeros((step.streams, 256), dtype=np.int64)
 
     def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
+        if not self.model_input:
+            return self.mixer.mix(self.flat)
         return self.mixer.mix(self.step.log_weights(self.logits(grid, t)))
 
     def learn(self, coded: np.ndarray) -> None:

@@ -123,6 +123,22 @@ def fold_line_ends(data: bytes) -> tuple[bytes, int]:
     return data, 0
 
 
+BINARY_SHARE = 1 / 8  # input with more control bytes and invalid UTF-8 than this share is not text
+
+
+def looks_binary(data: bytes) -> bool:
+    """Whether ``data`` is not text, so that the mixing codes it without the model
+    (docs/compression.md, "Input that is not text"): more than :data:`BINARY_SHARE` of its
+    bytes are control bytes (0 to 31 but tab, LF, VT, FF and CR; 127) or do not decode as
+    UTF-8. Object code, images and compressed data are; text in any language is not."""
+    if not data:
+        return False
+    codes = np.frombuffer(data, dtype=np.uint8)
+    controls = np.count_nonzero((codes < 32) & ((codes < 9) | (codes > 13)) | (codes == 127))
+    invalid = data.decode("utf-8", "replace").count("\ufffd") - data.count("\ufffd".encode())
+    return bool(controls + invalid > BINARY_SHARE * len(data))
+
+
 def unfold_line_ends(coded: bytes, crlf: int, length: int, name: str = "input") -> bytes:
     """Invert :func:`fold_line_ends`: the ``length`` bytes of ``coded`` (the decoded
     streams) with each LF made CRLF again, where ``crlf`` line ends were folded (none: ``coded``).
@@ -236,17 +252,11 @@ def encode(
     if precision is None:
         precision = default_precision(model, online)
     check_streams(streams)
-    check_finite(model.state_dict(), "the model")
-    if adapt and precision != "integer":
-        why = "online mode learns the model itself" if online is not None else f"not {precision}'s"
-        raise ConfigError(f"--adapt mixes the integer step's distribution ({why}): leave it out")
-    _check_byte_model(model)
-    _check_precision(model, precision, online is not None)
-    mixed = bool(adapt or (adapt is None and precision == "integer"))
-    if mixing is not None and mixing not in MIXINGS:
-        raise ConfigError(f"mixing must be one of {', '.join(map(str, MIXINGS))}, got {mixing}")
-    arithmetic = Arithmetic.written(written_version(model), precision, mixed, online, mixing or DEFAULT_MIXING)
-    folded, crlf = fold_line_ends(data) if written_version(model) == FORMAT_VERSION else (data, 0)
+    mixed = _check_coding(model, precision, online, adapt, mixing)
+    latest = written_version(model) == FORMAT_VERSION  # a Transformer's version 2 records neither
+    folded, crlf = fold_line_ends(data) if latest else (data, 0)
+    text = not (latest and looks_binary(folded))
+    arithmetic = Arithmetic.written(written_version(model), precision, mixed, online, mixing or DEFAULT_MIXING, text)
     lengths = stream_lengths(len(folded), streams)
     grid = _to_grid(np.frombuffer(folded, dtype=np.uint8), lengths)
     fingerprint = model_sha256(model)  # before online mode trains it
@@ -278,8 +288,23 @@ def encode(
         integer_step=arithmetic.integer_step,
         mixing=arithmetic.mixing,
         crlf=crlf,
+        model_input=arithmetic.model_input,
     )
     return header, payload
+
+
+def _check_coding(model: SHARNN, precision: str, online: TrainConfig | None, adapt: bool | None, mixing) -> bool:
+    """Whether :func:`encode` mixes (``adapt``, None: for the integer step); a
+    :class:`ConfigError` for a model, precision, ``adapt`` or ``mixing`` it cannot code with."""
+    check_finite(model.state_dict(), "the model")
+    if adapt and precision != "integer":
+        why = "online mode learns the model itself" if online is not None else f"not {precision}'s"
+        raise ConfigError(f"--adapt mixes the integer step's distribution ({why}): leave it out")
+    _check_byte_model(model)
+    _check_precision(model, precision, online is not None)
+    if mixing is not None and mixing not in MIXINGS:
+        raise ConfigError(f"mixing must be one of {', '.join(map(str, MIXINGS))}, got {mixing}")
+    return bool(adapt or (adapt is None and precision == "integer"))
 
 
 def default_precision(model: SHARNN, online: TrainConfig | None = None) -> str:

@@ -51,7 +51,7 @@ HEADER_DICTIONARY = (
     b'"online":null,"tokenizer":"bytes","storage":"coded","coded_bytes":null,"precision":"integer",'
     b'"portable":true,"integer_step":1,"mixing":1}'
 )
-HEADER_DICTIONARIES = {5: HEADER_DICTIONARY, 6: HEADER_DICTIONARY[:-1] + b',"crlf":0}'}
+HEADER_DICTIONARIES = {5: HEADER_DICTIONARY, 6: HEADER_DICTIONARY[:-1] + b',"crlf":0,"model_input":true}'}
 
 
 # The step arithmetic a file may name: ``integer`` (portable: the same bits everywhere,
@@ -117,6 +117,9 @@ class Header:
         crlf: how many CRLF line ends were folded to LF before coding (0: none; the
             streams hold ``length - crlf`` bytes; :func:`sharnn.coding.codec.fold_line_ends`);
             a key of version 6 (older files read as 0).
+        model_input: whether the model's predictions entered the mixing (false: input that
+            is not text, coded by the context models alone; a mixed file only;
+            :func:`sharnn.coding.codec.looks_binary`); a key of version 6 (older files read as true).
     """
 
     mode: str
@@ -136,6 +139,7 @@ class Header:
     integer_step: int | None = None
     mixing: int | None = None
     crlf: int = 0
+    model_input: bool = True
 
 
 _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
@@ -146,6 +150,7 @@ _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
     "integer_step",
     "mixing",
     "crlf",
+    "model_input",
 }
 
 
@@ -158,7 +163,7 @@ _KEYS = {  # the exact keys of each version
     3: _V2_KEYS | {"precision"},
     4: _V2_KEYS | {"precision", "portable", "integer_step"},
     5: _V2_KEYS | {"precision", "portable", "integer_step", "mixing"},
-    6: _V2_KEYS | {"precision", "portable", "integer_step", "mixing", "crlf"},
+    6: _V2_KEYS | {"precision", "portable", "integer_step", "mixing", "crlf", "model_input"},
 }
 
 
@@ -227,9 +232,12 @@ def parse(blob: bytes, name: str) -> Compressed:
 
 def pack(header: Header, version: int = FORMAT_VERSION) -> bytes:
     """A version-``version`` file's header (the keys of that version): prefix, JSON and its CRC32.
-    A header of folded line ends (``crlf``) packs only in a version that records them (else ValueError)."""
+    A header of folded line ends (``crlf``), or of a model left out (``model_input``), packs
+    only in a version that records them (else ValueError)."""
     if header.crlf and "crlf" not in _KEYS[version]:
         raise ValueError(f"a version-{version} header cannot record {header.crlf} folded line ends")
+    if not header.model_input and "model_input" not in _KEYS[version]:
+        raise ValueError(f"a version-{version} header cannot record a model left out")
     fields = {key: value for key, value in dataclasses.asdict(header).items() if key in _KEYS[version]}
     return frame(json.dumps(fields, separators=(",", ":")).encode(), version)
 
@@ -305,6 +313,7 @@ _FIELDS = {  # key: (valid?, what it must be)
     "integer_step": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
     "mixing": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
     "crlf": (_is_count, "an integer >= 0"),
+    "model_input": (lambda v: type(v) is bool, "true or false"),
 }
 
 
@@ -350,6 +359,8 @@ def _precision_problem(header: Header, version: int) -> str | None:
         return "precision is integer in online mode (online mode trains in floating point)"
     if header.mixing is not None and not integer:
         return f"mixing is {header.mixing} for precision {header.precision} (the mixing needs the integer step)"
+    if not header.model_input and header.mixing is None:
+        return "model_input is false in a file without mixing (the context models code without the model)"
     return None
 
 

@@ -34,6 +34,7 @@ class Listing:
             "streams": f"{header.streams}",
             "original": f"{header.length:,} bytes",
             **({"line ends": f"CRLF, coded as LF ({header.crlf:,} folded)"} if header.crlf else {}),
+            **({"input": "not text: coded by the context models alone"} if not header.model_input else {}),
             "compressed": f"{self.size:,} bytes" + self._ratio(),
             "arithmetic": self._arithmetic(),
             "storage": "coded"
