@@ -1143,3 +1143,9 @@ def test_cli_lists_input_that_is_not_text(tmp_path, run_dir):
     assert "not text: coded by the context models alone" in listed.output
     assert_ok(cli("decompress", packed, "-o", out, "--model", run_dir, "--quiet"))
     assert out.read_bytes() == BINARY
+
+
+def test_looks_binary_reads_the_first_mib_only():
+    """Its first MiB decides (the decoded text of a 2 GiB input would take 8 GiB)."""
+    text = (TEXT * (codec.BINARY_SAMPLE // len(TEXT) + 1))[: codec.BINARY_SAMPLE]
+    assert not codec.looks_binary(text + BINARY * 100) and codec.looks_binary(BINARY * 100 + text)

@@ -124,13 +124,16 @@ def fold_line_ends(data: bytes) -> tuple[bytes, int]:
 
 
 BINARY_SHARE = 1 / 8  # input with more control bytes and invalid UTF-8 than this share is not text
+BINARY_SAMPLE = 2**20  # the bytes looked at: the first MiB (a decoded str of 2 GiB would take 8)
 
 
 def looks_binary(data: bytes) -> bool:
     """Whether ``data`` is not text, so that the mixing codes it without the model
     (docs/compression.md, "Input that is not text"): more than :data:`BINARY_SHARE` of its
-    bytes are control bytes (0 to 31 but tab, LF, VT, FF and CR; 127) or do not decode as
-    UTF-8. Object code, images and compressed data are; text in any language is not."""
+    first :data:`BINARY_SAMPLE` bytes are control bytes (0 to 31 but tab, LF, VT, FF and
+    CR; 127) or do not decode as UTF-8. Object code, images and compressed data are; text
+    in any language is not."""
+    data = bytes(data[:BINARY_SAMPLE])
     if not data:
         return False
     codes = np.frombuffer(data, dtype=np.uint8)
