@@ -48,11 +48,12 @@ from .mixing import (
     ORDERS,
     AdaptiveMixer,
     _advance,
+    _codable,
     _count,
     _count_inputs,
     _exp_weights,
     _hash_contexts,
-    _learn,
+    _learn_all,
     _logits,
     _place,
     fixed_log,
@@ -288,16 +289,10 @@ def _follow(match, history, t, coded):
 def _update(tables, places, history, word, previous, model, inputs, mixers, match, apm, t, coded):
     """Version 1's update (:func:`sharnn.coding.mixing._update`), the APMs' and the match
     model's, after position ``t``."""
-    if len(coded) > len(word) or t >= match[0].shape[1]:
+    if t >= match[0].shape[1] or not _codable(coded, len(word)):
         return False
+    _learn_all(model, inputs, mixers, coded)
     for b in range(len(coded)):
-        if not 0 <= coded[b] <= 255:
-            return False
-    weights, offsets, chosen, q = mixers
-    for b in range(len(coded)):
-        stream = (inputs[0][b], inputs[1][b], inputs[2][b], inputs[3][b])
-        for m in range(len(offsets)):
-            _learn(weights[offsets[m] + chosen[m, b]], q[m, b], model[b], stream, coded[b])
         _apm_learn(apm, b, coded[b])
         match[0][b, t] = coded[b]
     _count(tables, places, coded)

@@ -303,6 +303,22 @@ def _advance(history, word, coded):
         word[b] = (word[b] + (np.uint64(byte) | np.uint64(32))) * _MULTIPLIER if letter else np.uint64(0)
 
 
+@kernel("boolean(int64[::1], int64)")
+def _codable(coded, streams):
+    """Whether ``coded [k]`` holds at most ``streams`` bytes, each within 0 .. 255."""
+    return len(coded) <= streams and (len(coded) == 0 or (coded.min() >= 0 and coded.max() <= 255))
+
+
+@kernel(f"void(int64[:, ::1], {_INPUTS}, {_MIXERS}, int64[::1])")
+def _learn_all(model, inputs, mixers, coded):
+    """Every mixer's step (:func:`_learn`) for each of the first ``k`` streams, which coded ``coded [k]``."""
+    weights, offsets, chosen, q = mixers
+    for b in range(len(coded)):
+        stream = (inputs[0][b], inputs[1][b], inputs[2][b], inputs[3][b])
+        for m in range(len(offsets)):
+            _learn(weights[offsets[m] + chosen[m, b]], q[m, b], model[b], stream, coded[b])
+
+
 @kernel(f"boolean({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, int64[::1])")
 def _update(tables, places, history, word, model, inputs, mixers, coded):
     """One position's learning (:meth:`AdaptiveMixer.update`) from the bytes ``coded [k]``
@@ -310,16 +326,9 @@ def _update(tables, places, history, word, model, inputs, mixers, coded):
     mixer's step (:func:`_learn`; integers, the same sums in any order), the counts
     (:func:`_count`), the histories (:func:`_advance`). Returns False, and changes
     nothing, when ``coded`` holds more bytes than streams or a byte outside 0 .. 255."""
-    if len(coded) > len(word):
+    if not _codable(coded, len(word)):
         return False
-    for b in range(len(coded)):
-        if not 0 <= coded[b] <= 255:
-            return False
-    weights, offsets, chosen, q = mixers
-    for b in range(len(coded)):
-        stream = (inputs[0][b], inputs[1][b], inputs[2][b], inputs[3][b])
-        for m in range(len(offsets)):
-            _learn(weights[offsets[m] + chosen[m, b]], q[m, b], model[b], stream, coded[b])
+    _learn_all(model, inputs, mixers, coded)
     _count(tables, places, coded)
     _advance(history, word, coded)
     return True
