@@ -34,7 +34,7 @@ second run with the same file skips what is there. ``--report`` prints the table
 
     python benchmarks/coder_speed.py --baseline ../sharnn-0.4.0 --paq8px PATH/TO/paq8px --json results/coder-speed.json
     python benchmarks/coder_speed.py --files json log binary --paq8px PATH/TO/paq8px \
-        --json results/coder-other-files.json
+        --json results/coder-format-6.json
 """
 
 from __future__ import annotations
