@@ -35,9 +35,9 @@ import torch
 
 from common import missing_extra, print_table, write_json
 from compressors import CANTERBURY, WIKITEXT, read_file
-from sharnn.coding import matching, mixing
+from sharnn.coding import bitwise, matching, mixing
 from sharnn.coding.arithmetic import IntegerPredictor, MixedPredictor, Predictor, walk
-from sharnn.coding.codec import default_streams, stream_lengths
+from sharnn.coding.codec import default_streams, fold_line_ends, stream_lengths
 from sharnn.loading import load_model
 from sharnn.models.inference import inference_step
 from sharnn.models.integer_step import IntegerStep
@@ -60,6 +60,7 @@ VARIANTS = {  # name: the mixing version and the module constants it changes
     "+ contexts": (2, {"PARTS": (0, 0, 1)}),
     "+ match, APMs": (2, {"PARTS": (1, 1, 0)}),
     "mixing 2": (2, {}),
+    "mixing 3": (3, {}),
 }
 
 
@@ -122,7 +123,7 @@ def cached_model_alone(model, data: bytes, cache: Path | None) -> tuple[float, l
 
 
 def measure(name: str, model, limit: int | None, cache: Path | None = None, variants=tuple(VARIANTS)) -> dict:
-    data = read_file(name, WIKITEXT)[:limit]
+    data = fold_line_ends(read_file(name, WIKITEXT))[0][:limit]  # as compress codes it (docs/compression.md)
     started = time.perf_counter()
     cached = None if cache is None or limit is not None else cache / f"{name}.pt"
     bits, logits, streams = cached_model_alone(model, data, cached)
@@ -132,7 +133,7 @@ def measure(name: str, model, limit: int | None, cache: Path | None = None, vari
         version, constants = VARIANTS[variant]
         with ExitStack() as stack:
             for constant, value in constants.items():
-                stack.enter_context(mock.patch.object(matching if version == 2 else mixing, constant, value))
+                stack.enter_context(mock.patch.object({1: mixing, 2: matching, 3: bitwise}[version], constant, value))
             started = time.perf_counter()
             predictor = MixedPredictor(Replay(logits, streams), CPU, version)
             row[variant] = ideal_bits(predictor, data) / len(data)

@@ -27,6 +27,7 @@ import sharnn.coding.container as container
 import sharnn.coding.environment as coding_environment
 import sharnn.coding.online as online_mode
 from helpers import assert_ok, assert_user_error, cli, shared_run
+from sharnn.coding.arithmetic import DEFAULT_MIXING
 from sharnn.coding.codec import (
     START_BYTE,
     compress,
@@ -236,7 +237,7 @@ def test_mixing_learns_the_file_the_second_copy_costs_little(model):
     data = TEXT * 2
     blob = coded(data, model, streams=2)
     header, payload = read_header(blob)
-    assert header.mixing == 2 and header.portable
+    assert header.mixing == DEFAULT_MIXING and header.portable
     assert 8 * len(payload) < 0.75 * _ideal_bits(model, data, streams=2)
     assert decompress(blob, model) == data
     with pytest.raises(

@@ -17,6 +17,7 @@ import sharnn.coding.arithmetic as arithmetic
 import sharnn.coding.codec as codec
 import sharnn.coding.container as container
 from helpers import assert_ok, cli, shared_run
+from sharnn.coding.arithmetic import DEFAULT_MIXING
 from sharnn.coding.codec import compress, decompress, stream_lengths
 from sharnn.coding.container import read_header
 from sharnn.coding.online import online_config, online_model
@@ -217,7 +218,7 @@ def test_version_6_round_trips_byte_exactly_through_the_command_line(tmp_path, r
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None)
     blob = container.pack(header) + payload
     assert version(blob) == 6 and read_header(blob)[0].streams == len(stream_lengths(len(data), streams))
-    assert header.precision == "integer" and header.portable and header.mixing == 2 and header.crlf == 0
+    assert header.precision == "integer" and header.portable and header.mixing == DEFAULT_MIXING and header.crlf == 0
     assert decompress(blob, model) == data
     if data == RANDOM:  # not text: coded without the model, which version 5 cannot record
         assert header.model_input is False

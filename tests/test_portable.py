@@ -205,7 +205,7 @@ def test_a_portable_file_decodes_byte_for_byte_under_every_setting(tmp_path):
     for name in sources:
         header = read_header((tmp_path / f"{name}.shz").read_bytes())[0]
         assert header.portable and header.precision == "integer" and header.storage == "coded"
-        assert header.mixing == 2  # the default: the model mixed with context models, all of it exact
+        assert header.mixing == arithmetic.DEFAULT_MIXING  # the default: the model mixed with context models, exact
     for number, (setting, (env, threads)) in enumerate(SETTINGS.items()):
         if "NUMBA_CPU_NAME" in env:  # kernels for another CPU: cached apart, not beside the package
             env = env | {"NUMBA_CACHE_DIR": str(tmp_path / f"numba-{number}")}

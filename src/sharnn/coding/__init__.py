@@ -8,7 +8,9 @@
   threads) and the settings coding runs under, restored after it;
 - :mod:`.mixing`: the adaptive stage, the model's distribution mixed with context models
   that learn the file as it is coded (mixing version 1);
-- :mod:`.matching`: mixing version 2, the default: version 1 with a match model, three
-  more context models and APMs;
+- :mod:`.matching`: mixing version 2: version 1 with a match model, three more context
+  models and APMs;
+- :mod:`.bitwise`: mixing version 3, the default: version 2's distribution refined one bit
+  at a time by context models of bits, two mixers and an APM;
 - :mod:`.online`: online mode, a model that learns from the bytes already coded.
 """

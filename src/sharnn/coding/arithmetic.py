@@ -32,6 +32,7 @@ from ..models.build import LanguageModel
 from ..models.inference import inference_step
 from ..models.integer_step import INTEGER_STEP_VERSION
 from ..progress import ProgressDisplay
+from .bitwise import BitMixer
 from .container import FORWARD_VERSIONS, Header
 from .matching import MatchMixer
 from .mixing import MIXING_VERSION, AdaptiveMixer
@@ -41,8 +42,8 @@ START_BYTE = 10  # every stream starts after a newline
 
 
 PROGRESS_EVERY = 256  # positions between progress updates
-MIXINGS = (1, 2)  # the mixing versions this sharnn decodes (sharnn.coding.mixing, sharnn.coding.matching)
-DEFAULT_MIXING = 2  # what compress writes (docs/compression.md, "Adapting to the file")
+MIXINGS = (1, 2, 3)  # the mixing versions this sharnn decodes (sharnn.coding.mixing, .matching, .bitwise)
+DEFAULT_MIXING = 3  # what compress writes (docs/compression.md, "Adapting to the file")
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ class MixedPredictor(Predictor):
 
     def __init__(self, step, device: torch.device, mixing: int = MIXING_VERSION, model_input: bool = True):
         super().__init__(step, device)
-        self.mixer = AdaptiveMixer(step.streams) if mixing == 1 else MatchMixer(step.streams)
+        self.mixer = {1: AdaptiveMixer, 2: MatchMixer, 3: BitMixer}[mixing](step.streams)
         self.model_input = model_input
         self.flat = np.zeros((step.streams, 256), dtype=np.int64)
 

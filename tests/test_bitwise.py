@@ -1,0 +1,106 @@
+"""Mixing version 3 (sharnn.coding.bitwise): its tree is a distribution, starts as version 2's
+within the rounding of its units, keeps version 2's split below the threshold, learns a
+text better than version 2, refuses bad bytes without learning, and is pinned by a digest."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+
+from sharnn.coding import bitwise
+from sharnn.coding.bitwise import BitMixer
+from sharnn.coding.matching import MatchMixer
+from sharnn.models import exact
+
+TEXT = b"Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do. "
+
+
+def _log_weights(rows: int, streams: int, scale: float = 4.0) -> np.ndarray:
+    logits = torch.randn(rows, streams, 256, generator=torch.Generator().manual_seed(7)) * scale
+    return exact.log_weights(logits).numpy()
+
+
+def _grid(rows: int, streams: int) -> np.ndarray:
+    data = (TEXT * (1 + rows * streams // len(TEXT)))[: rows * streams]
+    return np.frombuffer(data, np.uint8).reshape(streams, rows).T.astype(np.int64)
+
+
+def _bits(mixer, rows: int, streams: int, weights: np.ndarray) -> np.ndarray:
+    """The bits each position of the text costs ``[rows]`` (all streams), coded by ``mixer``."""
+    grid, costs = _grid(rows, streams), []
+    for t in range(rows):
+        probs = mixer.mix(weights[t])
+        costs.append(-np.log2(probs[np.arange(streams), grid[t]]).sum())
+        mixer.update(grid[t])
+    return np.array(costs)
+
+
+def test_the_tree_is_a_distribution_of_positive_probabilities():
+    mixer, weights, grid = BitMixer(3), _log_weights(50, 3), _grid(50, 3)
+    for t in range(50):
+        probs = mixer.mix(weights[t])
+        assert probs.shape == (3, 256) and (probs > 0).all()
+        np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-12)
+        mixer.update(grid[t])
+
+
+def test_at_first_it_gives_version_2s_distribution_within_its_units():
+    """Every weight but version 2's input is 0, the context models hold 1/2, the APM is the
+    identity: each split is version 2's, rounded to 2**-12 and through the stretch and
+    squash tables, so each likely byte keeps its probability within a few percent."""
+    weights = _log_weights(1, 2)[0]
+    byte_probs, probs = MatchMixer(2).mix(weights), BitMixer(2).mix(weights)
+    likely = byte_probs > 0.01
+    assert likely.any()
+    np.testing.assert_allclose(probs[likely], byte_probs[likely], rtol=0.05)
+
+
+def test_below_the_threshold_version_2s_split_is_kept():
+    """A model sure of one byte: every other half byte's mass lies under 2**-8, so within
+    such a node the bytes keep version 2's proportions exactly (up to float rounding)."""
+    weights = np.zeros((1, 256), np.int64)
+    weights[0, ord("e")] = 40 * exact.EXP_RESOLUTION  # e**40 times the others
+    byte_probs, probs = MatchMixer(1).mix(weights)[0], BitMixer(1).mix(weights)[0]
+    assert byte_probs[ord("e")] > 0.99
+    low = np.arange(128, 256)  # the node "first bit 1": 'e' is 0x65, so its mass is all but 'e's
+    assert byte_probs[low].sum() < 2.0**-bitwise.THRESHOLD_BITS
+    np.testing.assert_allclose(probs[low] / probs[low].sum(), byte_probs[low] / byte_probs[low].sum(), rtol=1e-12)
+
+
+def test_the_bits_learn_a_text_better_than_version_2():
+    """A sentence repeated, two streams: version 3 spends fewer bits than version 2 on the
+    last third, where both have seen it often."""
+    rows, weights = 600, _log_weights(600, 2, scale=1.0)
+    version_2, version_3 = _bits(MatchMixer(2), rows, 2, weights), _bits(BitMixer(2), rows, 2, weights)
+    assert version_3[400:].sum() < version_2[400:].sum(), (version_3[400:].sum(), version_2[400:].sum())
+
+
+def test_bad_bytes_are_refused_and_nothing_is_learnt():
+    mixer, weights = BitMixer(2), _log_weights(2, 2)
+    before = mixer.mix(weights[0])
+    state = [array.copy() for array in mixer.bits]
+    for coded in (np.array([1, 256]), np.array([1, 2, 3]), np.array([[1, 2]])):
+        with pytest.raises(ValueError, match="coded must be"):
+            mixer.update(coded)
+    assert all(np.array_equal(a, b) for a, b in zip(state, mixer.bits))
+    np.testing.assert_array_equal(mixer.mix(weights[0]), before)
+    with pytest.raises(RuntimeError, match="mix"):
+        BitMixer(1).update(np.array([1]))
+
+
+def _digest(mixer, rows: int, streams: int) -> str:
+    grid, weights, digest = _grid(rows, streams), _log_weights(rows, streams), hashlib.sha256()
+    for t in range(rows):
+        digest.update(mixer.mix(weights[t]).tobytes())
+        mixer.update(grid[t, : streams - 1 if t == rows - 1 else streams])
+    return digest.hexdigest()
+
+
+def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
+    assert _digest(BitMixer(3), 300, 3) == DIGEST
+
+
+DIGEST = "35f3ce3aa059da6dc730120519a153e5111257e01dfb43840c500f83929bf173"  # AMD EPYC (AVX-512), numba 0.68
