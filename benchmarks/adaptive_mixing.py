@@ -37,7 +37,7 @@ from common import missing_extra, print_table, write_json
 from compressors import CANTERBURY, WIKITEXT, read_file
 from sharnn.coding import bitwise, matching, mixing
 from sharnn.coding.arithmetic import IntegerPredictor, MixedPredictor, Predictor, walk
-from sharnn.coding.codec import default_streams, fold_line_ends, stream_lengths
+from sharnn.coding.codec import default_streams, fold_line_ends, looks_binary, stream_lengths
 from sharnn.loading import load_model
 from sharnn.models.inference import inference_step
 from sharnn.models.integer_step import IntegerStep
@@ -49,7 +49,8 @@ except ModuleNotFoundError as e:  # not a dependency of sharnn itself: the extra
     missing_extra(e, __name__)
 
 CPU = torch.device("cpu")
-FILES = ("enwik8-head-test", "wikitext2-test", *CANTERBURY)
+OTHER = {"json": "span1024-results.json", "log": "pytest.log", "binary": "matching-mix.o"}  # benchmarks/data/other
+FILES = ("enwik8-head-test", "wikitext2-test", *CANTERBURY, *OTHER)
 UNIT = mixing.WEIGHT_UNIT
 VARIANTS = {  # name: the mixing version and the module constants it changes
     "one mixer, model start": (1, {"SELECTORS": mixing.SELECTORS[:1], "MODEL_PRIOR": UNIT, "COUNT_PRIOR": 0}),
@@ -122,8 +123,15 @@ def cached_model_alone(model, data: bytes, cache: Path | None) -> tuple[float, l
     return bits, logits, streams
 
 
+def read(name: str) -> bytes:
+    """The bytes of one of :data:`FILES`."""
+    if name in OTHER:
+        return (Path(__file__).parent / "data" / "other" / OTHER[name]).read_bytes()
+    return read_file(name, WIKITEXT)
+
+
 def measure(name: str, model, limit: int | None, cache: Path | None = None, variants=tuple(VARIANTS)) -> dict:
-    data = fold_line_ends(read_file(name, WIKITEXT))[0][:limit]  # as compress codes it (docs/compression.md)
+    data = fold_line_ends(read(name))[0][:limit]  # as compress codes it (docs/compression.md)
     started = time.perf_counter()
     cached = None if cache is None or limit is not None else cache / f"{name}.pt"
     bits, logits, streams = cached_model_alone(model, data, cached)
@@ -135,7 +143,7 @@ def measure(name: str, model, limit: int | None, cache: Path | None = None, vari
             for constant, value in constants.items():
                 stack.enter_context(mock.patch.object({1: mixing, 2: matching, 3: bitwise}[version], constant, value))
             started = time.perf_counter()
-            predictor = MixedPredictor(Replay(logits, streams), CPU, version)
+            predictor = MixedPredictor(Replay(logits, streams), CPU, version, not looks_binary(data))
             row[variant] = ideal_bits(predictor, data) / len(data)
             row[f"{variant} seconds"] = time.perf_counter() - started
     row["PPMd"] = 8 * len(pyppmd.compress(data, variant="H", max_order=8, mem_size=16 << 20)) / len(data)

@@ -4,28 +4,36 @@ bit at a time by context models of bits, as lpaq and paq8 model a byte (docs/com
 
 A byte is the path of 8 binary decisions from the root of a tree, each node named by the
 bits decided so far with a leading 1 (``c0``, 1 to 255). At each node version 2's
-distribution ``P`` gives the probability that the next bit is 1, and ten context models of
-bits give theirs; a logistic mixer weighs them in the stretched domain::
+distribution ``P`` gives the probability that the next bit is 1, and 21 context models of
+bits give theirs; two logistic mixers weigh them in the stretched domain, a third mixes
+the two, and two APMs refine the result::
 
     st(p) = ln(p / (1 - p)),  squash(x) = 1 / (1 + exp(-x))
     x_0 = st(P(bit = 1 | c0))                 version 2's, from the sums of P over the node's halves
     x_1 = 1                                   a bias
-    x_{2+i} = st(p_i), x_{12+i} = p_i - 1/2   context i's probability p_i of a 1 here
-    p_A = squash(sum_i a_{c0,i} x_i), p_B = squash(sum_i b_{prev,bit,i} x_i)
-    p = squash(mean of both sums);  p' = (p + APM_{prev,c0}(p)) / 2
-    a_i += lr (y - p_A) x_i, b_i likewise;  p_i += (y - p_i) / (n_i + 2)
+    x_{2+i} = st(p_i), x_{23+i} = p_i - 1/2   context i's probability p_i of a 1 here
+    s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,bit,i} x_i
+    p = squash(f_{c0,A} s_A + f_{c0,B} s_B)
+    p' = (p + APM1_{prev,c0}(p) + 2 APM2_{hash(last 2 bytes),c0}(p)) / 4
+    a_i += lr (y - squash(s_A)) x_i, b_i likewise;  f_m += lr_f (y - p) s_m
+    p_i += (y - p_i) / (n_i + 2)
 
-``p_i`` is the probability held for context ``i`` (the last 1, 2, 3, 4, 6 and 8 bytes; the
-word; the word and the previous byte; the bytes 2 and 3 back; 3 and 4 back) and node
-``c0``, ``n_i`` how often it has been updated (at most :data:`COUNT_LIMIT`). Mixer A's
-weight set is the node, mixer B's the previous byte and the bit's place. The APM is
-version 2's kind (33 points) keyed by the previous byte and the node.
+``p_i`` is the probability held for context ``i`` and node ``c0``, ``n_i`` how often it has
+been updated (at most :data:`COUNT_LIMIT`). The contexts: the last 1, 2, 3, 4, 6, 8, 12
+and 16 bytes; the word; the word and the previous byte; the bytes 2 and 3 back; 3 and 4
+back; the word and the previous word; the previous word and the byte; the word and the
+one before the previous; the last three words; the byte above (the same column of the
+previous line) with the previous byte, and with the column; the classes of the last six
+bytes (letter, capital, digit, space, line end, or the byte); the last two bytes that
+followed the previous byte, and the previous two (indirect contexts). Mixer A's weight set
+is the node, mixer B's the previous byte and the bit's place, the final mixer's the node.
 
 The coder codes bytes, so each position's distribution is the tree's: ``p(s)`` is the
 product of the 8 refined probabilities on ``s``'s path. A node that ``P`` gives less than
-``2**-THRESHOLD_BITS`` keeps ``P``'s own split below it (measured: 32 nodes per byte of
-alice29 instead of 255, for 0.04% of its size). After coding, every node on the coded
-byte's path learns, the streams one after the other.
+``2**-THRESHOLD_BITS``, or splits beyond 1/4096 of 0 or 1, keeps ``P``'s own split
+(measured: about 32 nodes per byte of alice29 are refined instead of 255, for 0.04% of its
+size). After coding, every node on the coded byte's path learns, the streams one after
+the other.
 
 Every number of the models, mixers and APMs is an integer (probabilities in units of
 2**-12, the context models' in 2**-22, weights in 2**-16, stretched values in 1/256); the
@@ -45,21 +53,27 @@ from . import mixing
 from .matching import MatchMixer, _squash_points, _stretch
 
 MIXING_VERSION = 3
-CONTEXTS = 10  # the context models of bits (the module's docstring names them)
+CONTEXTS = 21  # the context models of bits (the module's docstring names them)
 SLOT_BITS = 18  # each context model: 2**18 slots of 16 probabilities, one slot per context and half byte
 COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
 INPUTS = 2 + 2 * CONTEXTS
-SETS = 256 + 257 * 8  # mixer A's weight sets (the node), then mixer B's (the previous byte + 1, the bit's place)
+_FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place), the final's
+SETS = _FINAL + 256
 LEARNING_RATE = 3  # w_i += (x_i (4096 y - 4096 p) 3) >> 14, in the units above
+FINAL_RATE = 2  # the same for the final mixer's weights
 THRESHOLD_BITS = 8  # nodes below P's mass 2**-8 are not refined
 APM_RATE = 5  # an APM point moves 1/32 of the way to its target
-_APM_ROWS = 1 << 16
+APM_SHARES = (1, 1, 2)  # p' = (p + a_1 + 2 a_2) / 4
+_APM_ROWS = 1 << 16  # per APM
 _MULTIPLIER = mixing._MULTIPLIER
 _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
-_ORDERS = np.array([1, 2, 3, 4, 6, 8, 0], dtype=np.int64)  # the context models of the last k bytes
-_SALTS = np.array([0x1234567, 0x2234567, 0x3234567, 0x4234567], dtype=np.uint64)
+_ORDERS = np.array([1, 2, 3, 4, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
+_ORDER_CONTEXTS = np.array([0, 1, 2, 3, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
+_INDIRECT = 257 + (1 << 16)  # the bytes that followed each previous byte, then each hash of the last two
 _STATE = "Tuple((int32[:, :, ::1], int64[:, ::1], int64[:, ::1], uint64[:, ::1], int64[::1]))"
+_TEXT = "Tuple((uint64[::1], uint8[:, ::1], int64, int64[::1], int64[:, ::1]))"  # words, buffer, t, indirect, lines
 _CURVES = "UniTuple(int64[::1], 2)"  # stretch (4096 probabilities) and squash (4095 stretched values)
+_WORK = "Tuple((int64[::1], int64[:, ::1], boolean[::1], int64[::1]))"  # inputs, slots, slots known, sums
 
 
 @cache
@@ -78,41 +92,90 @@ def _squash(x, table):
 
 
 @kernel("int64(int64)")
-def _depth(c0):
-    """How many bits node ``c0`` has decided (0 .. 7)."""
-    depth = 0
-    while (c0 >> (depth + 1)) > 0:
-        depth += 1
-    return depth
+def _clip(x):
+    """A mixer's sum (2**-16 of 1/256) as a stretched value within -2047 .. 2047."""
+    return min(max(x >> 16, -2047), 2047)
 
 
-@kernel("void(uint64[:, ::1], uint64[::1], int64, uint64[:, ::1])")
-def _hash_contexts(history, word, b, contexts):
-    """Stream ``b``'s ten context hashes into ``contexts [B, CONTEXTS]`` from its ``history
-    [B, 12]`` (each byte + 1, newest first) and ``word [B]`` (:mod:`sharnn.coding.mixing`'s)."""
+_DEPTHS = np.array([0] + [j.bit_length() - 1 for j in range(1, 256)], dtype=np.int64)  # bits node c0 has decided
+_RATES = np.array([2**16 // (n + 2) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # 1 / (n + 2) in 2**-16
+
+
+@kernel("uint64(uint64, uint64)")
+def _mixed(value, salt):
+    """A hash of ``value`` with ``salt``."""
+    return (value + salt) * _MULTIPLIER
+
+
+@kernel("uint64(int64)")
+def _class(byte):
+    """A byte's class for the context of the last six: lower, upper, digit, space, LF, none, or itself."""
+    if 97 <= byte <= 122:
+        return np.uint64(1)
+    if 65 <= byte <= 90:
+        return np.uint64(2)
+    if 48 <= byte <= 57:
+        return np.uint64(3)
+    if byte == 32 or byte == 10 or byte < 0:
+        return np.uint64(4 + (byte == 10) + 2 * (byte < 0))
+    return np.uint64(7 + byte)
+
+
+@kernel("void(uint64[:, ::1], uint64[::1], int64, uint64[:, ::1], " + _TEXT + ")")
+def _hash_contexts(history, word, b, contexts, text):
+    """Stream ``b``'s context hashes into ``contexts [B, CONTEXTS]`` from its ``history
+    [B, 12]`` (each byte + 1, newest first) and ``word [B]`` (:mod:`sharnn.coding.mixing`'s),
+    and ``text``: the last two words ``[2B]`` (:mod:`sharnn.coding.matching`'s), the
+    streams' bytes ``[B, >t]``, the position ``t``, the indirect bytes, the lines' starts ``[B, 2]``."""
+    words, buffer, t, indirect, lines = text
     value, k = np.uint64(0), 0
-    for j in range(8):
-        value = (value ^ history[b, j]) * _MULTIPLIER + np.uint64(j + 1)
+    for j in range(16):
+        byte = history[b, j] if j < 12 else np.uint64(buffer[b, t - j - 1] + 1 if t - j - 1 >= 0 else 0)
+        value = (value ^ byte) * _MULTIPLIER + np.uint64(j + 1)
         if _ORDERS[k] == j + 1:
-            contexts[b, k] = value
-            k += 1
-    contexts[b, 6] = (word[b] + np.uint64(77)) * _MULTIPLIER
-    contexts[b, 7] = (word[b] ^ ((history[b, 0] << np.uint64(40)) + np.uint64(99))) * _MULTIPLIER
+            contexts[b, _ORDER_CONTEXTS[k]] = value
+            k = min(k + 1, len(_ORDERS) - 1)
+    previous, before = words[b], words[len(word) + b]
+    contexts[b, 6], contexts[b, 7] = (
+        _mixed(word[b], np.uint64(77)),
+        (word[b] ^ (history[b, 0] << np.uint64(40))) * _MULTIPLIER,
+    )
     for i in range(2):
-        sparse = (history[b, 1 + i] << np.uint64(16)) + (history[b, 2 + i] << np.uint64(8)) + _SALTS[i]
-        contexts[b, 8 + i] = sparse * _MULTIPLIER
+        contexts[b, 8 + i] = _mixed(
+            (history[b, 1 + i] << np.uint64(16)) + (history[b, 2 + i] << np.uint64(8)), np.uint64(i + 1)
+        )
+    contexts[b, 10] = (_mixed(word[b], np.uint64(5)) ^ previous) * _MULTIPLIER
+    column, above = t - lines[b, 0], np.uint64(0)
+    if lines[b, 1] >= 0 and lines[b, 1] + column < lines[b, 0] - 1:
+        above = np.uint64(buffer[b, lines[b, 1] + column]) + np.uint64(1)
+    contexts[b, 11] = _mixed((above << np.uint64(9)) + history[b, 0], np.uint64(0x777))
+    contexts[b, 12] = _mixed((above << np.uint64(12)) + np.uint64(min(column, 255)), np.uint64(0x999))
+    contexts[b, 13] = (contexts[b, 10] ^ (before + np.uint64(11))) * _MULTIPLIER
+    classes = np.uint64(0)
+    for j in range(6):
+        classes = classes * np.uint64(263) + _class(np.int64(history[b, j]) - 1)
+    contexts[b, 16] = _mixed(classes, np.uint64(0x31337))
+    last, pair = np.int64(history[b, 0]), np.int64(history[b, 0] * np.uint64(257) + history[b, 1])
+    contexts[b, 17] = _mixed(np.uint64(indirect[last]) * np.uint64(300) + np.uint64(last), np.uint64(0x4444))
+    second = np.uint64(indirect[257 + (pair & 0xFFFF)])
+    contexts[b, 18] = _mixed(second * np.uint64(70000) + np.uint64(pair), np.uint64(0x5555))
+    contexts[b, 19] = (_mixed(previous, np.uint64(0x6666)) + history[b, 0]) * _MULTIPLIER
+    contexts[b, 20] = (_mixed(word[b], np.uint64(0x7777)) ^ before) * _MULTIPLIER
 
 
-@kernel("int64(uint64, int64, int64)")
-def _place(context, c0, depth):
-    """Where a context's probability for node ``c0`` lies in its table: a slot of 16 per
-    half byte (found by a hash of the context and, past the fourth bit, the first half),
-    then the node within the half (1 .. 15)."""
-    half = np.uint64(0 if depth < 4 else c0 >> (depth - 4))
-    value = (context + half * _SLOT_MULTIPLIER) * _MULTIPLIER
-    slot = np.int64((value ^ (value >> np.uint64(29))) >> np.uint64(64 - SLOT_BITS))
-    within = c0 if depth < 4 else (1 << (depth - 4)) | (c0 & ((1 << (depth - 4)) - 1))
-    return slot * 16 + within
+@kernel("void(uint64[:, ::1], int64, int64, int64, " + _WORK + ")")
+def _slots(contexts, b, c0, depth, work):
+    """The slots of stream ``b``'s contexts for node ``c0``'s half byte, into ``work``'s
+    ``slots [CONTEXTS, 17]`` (column 0: the first half; 1 + h: the second after first half
+    ``h``), unless known: each a hash of the context and the first half."""
+    slots, known = work[1], work[2]
+    half = 0 if depth < 4 else 1 + (c0 >> (depth - 4)) - 16
+    if known[half]:
+        return
+    for i in range(CONTEXTS):
+        value = (contexts[b, i] + np.uint64(half) * _SLOT_MULTIPLIER) * _MULTIPLIER
+        slots[i, half] = np.int64((value ^ (value >> np.uint64(29))) >> np.uint64(64 - SLOT_BITS))
+    known[half] = True
 
 
 @kernel("int64(float64[::1], int64, int64)")
@@ -124,30 +187,41 @@ def _split(cum, c0, depth):
     return min(max(np.int64(one / total * 4096), 1), 4095) if total > 0 else 2048
 
 
-@kernel(f"int64({_STATE}, {_CURVES}, int64, int64, float64[::1], int64[::1], int64[::1], int64[::1])")
-def _node(state, curves, b, c0, cum, x, places, out):
-    """Stream ``b``'s node ``c0``: its inputs ``x [INPUTS]``, where its context models'
-    probabilities lie (``places [CONTEXTS]``, in each table's flat order), ``out = (sum
-    of mixer A, of mixer B, p, APM row, st(p) + 2048)``; returns the refined probability
-    of a 1 (2**-12). Reads the state, changes nothing."""
+@kernel(f"int64({_STATE}, {_CURVES}, int64, int64, float64[::1], {_WORK})")
+def _node(state, curves, b, c0, cum, work):
+    """Stream ``b``'s node ``c0``: into ``work``, its inputs ``x [INPUTS]``, its slots
+    (:func:`_slots`) and ``sums = (mixer A's, mixer B's, p, APM row, st(p) + 2048, the
+    second APM's row)``; returns the refined probability of a 1 (2**-12). Reads the state,
+    changes nothing."""
     tables, weights, apm, contexts, previous = state
     stretch, squash = curves
-    depth = _depth(c0)
+    x, slots, _, sums = work
+    depth = _DEPTHS[c0]
+    _slots(contexts, b, c0, depth, work)
+    half = 0 if depth < 4 else 1 + (c0 >> (depth - 4)) - 16
+    within = c0 if depth < 4 else (1 << (depth - 4)) | (c0 & ((1 << (depth - 4)) - 1))
     x[0], x[1] = stretch[_split(cum, c0, depth)], 256
     for i in range(CONTEXTS):
-        places[i] = _place(contexts[b, i], c0, depth)
-        p = ((np.int64(tables[i, places[i] >> 4, places[i] & 15]) >> 10) + (1 << 21)) >> 10
+        p = ((np.int64(tables[i, slots[i, half], within]) >> 10) + (1 << 21)) >> 10
         x[2 + i], x[2 + CONTEXTS + i] = stretch[p], (p - 2048) >> 2
-    a, other = weights[c0], weights[256 + previous[b] * 8 + depth]
-    out[0], out[1] = 0, 0
+    a, other, final = weights[c0], weights[256 + previous[b] * 8 + depth], weights[_FINAL + c0]
+    sums[0], sums[1] = 0, 0
     for i in range(INPUTS):
-        out[0] += a[i] * x[i]
-        out[1] += other[i] * x[i]
-    out[2] = _squash((out[0] + out[1]) >> 17, squash)
-    out[3], out[4] = (c0 | (previous[b] << 8)) & (_APM_ROWS - 1), stretch[out[2]] + 2048
-    row, point, fraction = out[3], out[4] >> 7, out[4] & 127
-    refined = (apm[row, point] * (128 - fraction) + apm[row, point + 1] * fraction) >> 11  # 2**-16 -> 2**-12
-    return min(max((out[2] + refined) >> 1, 1), 4095)
+        sums[0] += a[i] * x[i]
+        sums[1] += other[i] * x[i]
+    sums[2] = _squash((final[0] * _clip(sums[0]) + final[1] * _clip(sums[1])) >> 16, squash)
+    sums[3], sums[4] = (c0 | (previous[b] << 8)) & (_APM_ROWS - 1), stretch[sums[2]] + 2048
+    sums[5] = _APM_ROWS + np.int64(((contexts[b, 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER) >> np.uint64(48))
+    point, fraction, p = sums[4] >> 7, sums[4] & 127, APM_SHARES[0] * sums[2]
+    for j in range(2):
+        row = sums[3 if j == 0 else 5]
+        p += APM_SHARES[1 + j] * ((apm[row, point] * (128 - fraction) + apm[row, point + 1] * fraction) >> 11)
+    return min(max(p >> 2, 1), 4095)
+
+
+def _work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A node's scratch (:data:`_WORK`)."""
+    return np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64), np.zeros(17, np.bool_), np.zeros(6, np.int64)
 
 
 @kernel("void(float64[::1], float64[::1])")
@@ -158,101 +232,130 @@ def _running_sums(probs, cum):
         cum[s + 1] = cum[s] + probs[s]
 
 
-@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], float64[:, ::1], float64[:, ::1])")
-def _mix(state, curves, history, word, byte_probs, probs):
-    """Every stream's distribution ``probs [B, 256]``: the tree of refined splits over
-    ``byte_probs [B, 256]`` (version 2's), a node under ``P``'s mass ``2**-THRESHOLD_BITS``
-    keeping ``P``'s split below it; leaves each stream's contexts and previous byte in ``state``."""
-    contexts, previous = state[3], state[4]
-    cum, mass = np.zeros(257), np.zeros(512)  # mass: the tree's probability of each node (leaves from 256)
-    x, places, out = np.zeros(INPUTS, np.int64), np.zeros(CONTEXTS, np.int64), np.zeros(5, np.int64)
-    threshold = 2.0**-THRESHOLD_BITS
-    for b in range(byte_probs.shape[0]):
-        _hash_contexts(history, word, b, contexts)
-        previous[b] = np.int64(history[b, 0])
-        _running_sums(byte_probs[b], cum)
-        mass[1] = 1.0
-        for c0 in range(1, 256):  # parents before children
-            if mass[c0] < 0:  # below a node kept as P splits it
-                mass[2 * c0], mass[2 * c0 + 1] = -1.0, -1.0
-                continue
-            depth = _depth(c0)
-            width = 1 << (8 - depth)
-            low = (c0 - (1 << depth)) * width
-            total = cum[low + width] - cum[low]
-            if total < threshold:
-                for s in range(low, low + width):
-                    probs[b, s] = mass[c0] * (byte_probs[b, s] / total)
-                mass[2 * c0], mass[2 * c0 + 1] = -1.0, -1.0
-                continue
-            one = cum[low + width] - cum[low + width // 2]
-            if one * 4096 < total or one * 4096 > total * 4095:  # P surer than the units of 2**-12 can say
-                mass[2 * c0 + 1] = mass[c0] * (one / total)
-                mass[2 * c0] = mass[c0] * ((total - one) / total)
-                continue
-            p = _node(state, curves, b, c0, cum, x, places, out)
+@kernel(f"void({_STATE}, {_CURVES}, float64[::1], float64[::1], int64, {_WORK}, float64[::1])")
+def _tree(state, curves, byte_probs, cum, b, work, probs):
+    """Stream ``b``'s distribution ``probs [256]``: the tree of refined splits over
+    ``byte_probs [256]`` (version 2's; ``cum [257]`` its running sums), a node under
+    ``P``'s mass ``2**-THRESHOLD_BITS``, or split by ``P`` beyond the units of 2**-12,
+    keeping ``P``'s split."""
+    mass = np.zeros(512)  # the tree's probability of each node (the leaves from 256); -1: below a kept node
+    mass[1], threshold = 1.0, 2.0**-THRESHOLD_BITS
+    for c0 in range(1, 256):  # parents before children
+        if mass[c0] < 0:
+            mass[2 * c0], mass[2 * c0 + 1] = -1.0, -1.0
+            continue
+        depth = _DEPTHS[c0]
+        width = 1 << (8 - depth)
+        low = (c0 - (1 << depth)) * width
+        total, one = cum[low + width] - cum[low], cum[low + width] - cum[low + width // 2]
+        if total < threshold:
+            scale = mass[c0] / total
+            for s in range(low, low + width):
+                probs[s] = byte_probs[s] * scale
+            mass[2 * c0], mass[2 * c0 + 1] = -1.0, -1.0
+        elif one * 4096 < total or one * 4096 > total * 4095:  # P surer than the units of 2**-12 can say
+            mass[2 * c0 + 1] = mass[c0] * (one / total)
+            mass[2 * c0] = mass[c0] * ((total - one) / total)
+        else:
+            p = _node(state, curves, b, c0, cum, work)
             mass[2 * c0 + 1] = mass[c0] * (p / 4096.0)
             mass[2 * c0] = mass[c0] * ((4096 - p) / 4096.0)
-        for s in range(256):
-            if mass[256 + s] >= 0:
-                probs[b, s] = mass[256 + s]
+    for s in range(256):
+        if mass[256 + s] >= 0:
+            probs[s] = mass[256 + s]
 
 
-@kernel(f"void({_STATE}, {_CURVES}, float64[:, ::1], int64[::1])")
-def _learn(state, curves, byte_probs, coded):
+@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, float64[:, ::1], float64[:, ::1], {_WORK})")
+def _mix(state, curves, history, word, text, byte_probs, probs, work):
+    """Every stream's distribution ``probs [B, 256]`` (:func:`_tree`) from version 2's
+    ``byte_probs [B, 256]``; leaves each stream's contexts and previous byte in ``state``."""
+    contexts, previous, cum = state[3], state[4], np.zeros(257)
+    for b in range(byte_probs.shape[0]):
+        _hash_contexts(history, word, b, contexts, text)
+        previous[b] = np.int64(history[b, 0])
+        _running_sums(byte_probs[b], cum)
+        work[2][:] = False
+        _tree(state, curves, byte_probs[b], cum, b, work, probs[b])
+
+
+@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], {_TEXT}, float64[:, ::1], int64[::1], {_WORK})")
+def _learn(state, curves, history, text, byte_probs, coded, work):
     """Every node on the path of each of the first ``k`` streams' bytes ``coded [k]``
-    learns, stream after stream: both mixers' weight sets, the APM's two points, the
-    context models' probabilities and counts."""
+    learns, stream after stream: both mixers' weight sets and the final one, the APMs'
+    points, the context models' probabilities and counts; then the indirect bytes and the
+    lines' starts (``text``)."""
     tables, weights, apm, _, previous = state
-    squash = curves[1]
-    cum = np.zeros(257)
-    x, places, out = np.zeros(INPUTS, np.int64), np.zeros(CONTEXTS, np.int64), np.zeros(5, np.int64)
+    squash, (_, _, t, indirect, lines) = curves[1], text
+    (x, slots, _, sums), cum = work, np.zeros(257)
     for b in range(len(coded)):
         _running_sums(byte_probs[b], cum)
+        work[2][:] = False
         c0 = 1
         for depth in range(8):
             y = (coded[b] >> (7 - depth)) & 1
-            _node(state, curves, b, c0, cum, x, places, out)
+            _node(state, curves, b, c0, cum, work)
+            final = weights[_FINAL + c0]
+            error = ((y << 12) - sums[2]) * FINAL_RATE
+            final[0] += (_clip(sums[0]) * error) >> 14
+            final[1] += (_clip(sums[1]) * error) >> 14
             for m, w in ((0, weights[c0]), (1, weights[256 + previous[b] * 8 + depth])):
-                error = ((y << 12) - _squash(out[m] >> 16, squash)) * LEARNING_RATE
+                error = ((y << 12) - _squash(sums[m] >> 16, squash)) * LEARNING_RATE
                 for i in range(INPUTS):
                     w[i] += (x[i] * error) >> 14
-            row, point, fraction, target = out[3], out[4] >> 7, out[4] & 127, 65535 * y
-            apm[row, point] += ((target - apm[row, point]) * (128 - fraction)) >> (7 + APM_RATE)
-            apm[row, point + 1] += ((target - apm[row, point + 1]) * fraction) >> (7 + APM_RATE)
+            point, fraction, target = sums[4] >> 7, sums[4] & 127, 65535 * y
+            for row in (sums[3], sums[5]):
+                apm[row, point] += ((target - apm[row, point]) * (128 - fraction)) >> (7 + APM_RATE)
+                apm[row, point + 1] += ((target - apm[row, point + 1]) * fraction) >> (7 + APM_RATE)
+            half = 0 if depth < 4 else 1 + (c0 >> (depth - 4)) - 16
+            within = c0 if depth < 4 else (1 << (depth - 4)) | (c0 & ((1 << (depth - 4)) - 1))
             for i in range(CONTEXTS):
-                slot, node = places[i] >> 4, places[i] & 15
-                p, n = (np.int64(tables[i, slot, node]) >> 10) + (1 << 21), np.int64(tables[i, slot, node]) & 1023
-                p += ((y << 22) - p) // (n + 2)
-                tables[i, slot, node] = ((p - (1 << 21)) << 10) | min(n + 1, COUNT_LIMIT)
+                entry = np.int64(tables[i, slots[i, half], within])
+                p, n = (entry >> 10) + (1 << 21), entry & 1023
+                p += (((y << 22) - p) * _RATES[n]) >> 16
+                tables[i, slots[i, half], within] = ((p - (1 << 21)) << 10) | min(n + 1, COUNT_LIMIT)
             c0 = 2 * c0 + y
+        last, pair = previous[b], 257 + (np.int64(history[b, 0] * np.uint64(257) + history[b, 1]) & 0xFFFF)
+        indirect[last] = ((indirect[last] << 8) | coded[b]) & 0xFFFF
+        indirect[pair] = ((indirect[pair] << 8) | coded[b]) & 0xFFFF
+        if coded[b] == 10:
+            lines[b, 0], lines[b, 1] = t + 1, lines[b, 0]
 
 
 class BitMixer(MatchMixer):
     """Mixing version 3 for ``streams`` streams, used as :class:`~sharnn.coding.mixing.AdaptiveMixer`:
-    :meth:`mix`, then :meth:`update`. Besides version 2's state: the context models of
-    bits (``[CONTEXTS, 2**SLOT_BITS, 16]`` int32: each probability and count), both
-    mixers' weights, the APM, and version 2's distribution of the position."""
+    :meth:`mix`, then :meth:`update`. Besides version 2's state: :attr:`bits`, the context
+    models of bits (``[CONTEXTS, 2**SLOT_BITS, 16]`` int32: each probability and count),
+    the mixers' weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s
+    indirect bytes and lines' starts; version 2's distribution of the position."""
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
         tables = mixing._small_page_zeros((CONTEXTS, 2**SLOT_BITS, 16), np.int32)  # zero: p = 1/2, n = 0
         weights = np.zeros((SETS, INPUTS), np.int64)
-        weights[:, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone
-        apm = np.repeat(_squash_points()[None], _APM_ROWS, axis=0)
+        weights[:_FINAL, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone ...
+        weights[_FINAL:, :2] = mixing.WEIGHT_UNIT // 2  # ... and the final one their mean
+        apm = np.repeat(_squash_points()[None], 2 * _APM_ROWS, axis=0)
         contexts, previous = np.zeros((streams, CONTEXTS), np.uint64), np.zeros(streams, np.int64)
         self.bits = (tables, weights, apm, contexts, previous)
+        self.indirect, self.lines = np.zeros(_INDIRECT, np.int64), np.zeros((streams, 2), np.int64)
+        self.lines[:, 1] = -1  # no line before the first
         self._curves = (_stretch(), _squash_table())
         self._byte_probs = np.zeros((streams, 256), np.float64)
+        self._work = _work()
+
+    @property
+    def text(self) -> tuple:
+        """What the contexts of text read (:data:`_TEXT`)."""
+        return self.previous, self.match[0], self.position, self.indirect, self.lines
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         self._byte_probs[...] = super().mix(model_log_weights)
         probs = np.empty((self.streams, 256), dtype=np.float64)
-        _mix(self.bits, self._curves, self.history, self.word, self._byte_probs, probs)
+        _mix(self.bits, self._curves, self.history, self.word, self.text, self._byte_probs, probs, self._work)
         return probs
 
     def update(self, coded: np.ndarray) -> None:
         coded = np.ascontiguousarray(coded, dtype=np.int64)
         if self._mixed and coded.ndim == 1 and mixing._codable(coded, self.streams):
-            _learn(self.bits, self._curves, self._byte_probs, coded)
+            _learn(self.bits, self._curves, self.history, self.text, self._byte_probs, coded, self._work)
         super().update(coded)  # raises for what the bits did not learn from
