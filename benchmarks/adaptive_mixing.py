@@ -13,8 +13,12 @@ it, one thread), computed once; then the ideal code length (the sum of ``-log2 p
 - ``+ match``, ``+ APMs``, ``+ contexts``: mixing version 2 (:mod:`sharnn.coding.matching`)
   with one of its parts alone (its ``PARTS``), ``+ match, APMs`` with two, ``mixing 2``
   with all three;
+- ``mixing 3``: version 2 refined bit by bit (:mod:`sharnn.coding.bitwise`);
 
-beside PPMd (``pyppmd``, order 8, 16 MiB) on the same bytes. The variants change the
+beside PPMd (``pyppmd``, order 8, 16 MiB) on the same bytes. Each file is coded as ``sharnn
+compress`` codes it: its CRLF line ends folded, and input that is not text (``binary``)
+without the model. Besides the enwik8 head, WikiText-2 and the Canterbury texts, the files
+of ``benchmarks/data/other``: ``json``, ``log`` and ``binary``. The variants change the
 module's constants for their run alone (a measurement, not a mode of the package).
 
     python benchmarks/adaptive_mixing.py                         # alice29, the shipped model

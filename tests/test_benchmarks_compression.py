@@ -15,6 +15,7 @@ import torch
 
 from helpers import SMALL, SUBPROCESS_ENV
 from sharnn import SHARNN
+from sharnn.coding.codec import fold_line_ends
 from sharnn.coding.environment import BF16_PRODUCTS, cpu_features
 from sharnn.config import load_config
 from sharnn.models.step import ONEDNN
@@ -273,10 +274,18 @@ def test_adaptive_mixing_benchmark_gives_every_variant_and_ppmd(tmp_path):
     done = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     (row,) = json.loads(out.read_text())["rows"]
-    alice = (ROOT / "benchmarks" / "data" / "canterbury" / "alice29.txt").read_bytes()[:800]
+    alice = fold_line_ends((ROOT / "benchmarks" / "data" / "canterbury" / "alice29.txt").read_bytes())[0][:800]
     assert row["file"] == "alice29" and row["bytes"] == 800
     assert row["PPMd"] == 8 * len(pyppmd.compress(alice, variant="H", max_order=8, mem_size=16 << 20)) / 800
-    variants = ["one mixer, model start", "two mixers, model start", "mixing 1", "+ match", "+ APMs", "mixing 2"]
+    variants = [
+        "one mixer, model start",
+        "two mixers, model start",
+        "mixing 1",
+        "+ match",
+        "+ APMs",
+        "mixing 2",
+        "mixing 3",
+    ]
     assert all(0 < row[v] < row["model alone"] for v in variants)  # an untrained model: the counts help at once
     assert "| alice29 | 800 |" in table.read_text()
 
