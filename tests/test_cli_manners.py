@@ -424,3 +424,20 @@ def test_a_folder_as_output_is_called_a_folder_first(folder):
     assert_user_error(compress("a.txt", "-o", "out", "-f"), "out is a folder")
     with pytest.raises(ConfigError, match="out is a folder"):
         sharnn.compress_file("a.txt", "out", MODEL, quiet=True)
+
+
+def test_compress_mixing_chooses_the_adaptive_mixing_and_refuses_what_has_none(folder):
+    """--mixing 2 writes a file of mixing 2 that decodes; an unknown version, --no-adapt or
+    --precision fp32 with it, and -d with it are one-line errors that write nothing."""
+    assert_ok(compress("a.txt", "--mixing", "2", "-o", "two.shz"))
+    assert read_header((folder / "two.shz").read_bytes())[0].mixing == 2
+    assert_ok(compress("-d", "two.shz", "-o", "back.txt"))
+    assert (folder / "back.txt").read_bytes() == (folder / "a.txt").read_bytes()
+    for flags, fragment in (
+        (["--mixing", "4"], "mixing must be one of 1, 2, 3, got 4"),
+        (["--mixing", "2", "--no-adapt"], "--no-adapt leaves out"),
+        (["--mixing", "2", "--precision", "fp32"], "--precision fp32 leaves out"),
+    ):
+        assert_user_error(compress("a.txt", *flags, "-o", "refused.shz"), fragment)
+        assert not (folder / "refused.shz").exists()
+    assert_user_error(compress("-d", "two.shz", "--mixing", "2"), "--mixing is for compressing")

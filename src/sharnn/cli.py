@@ -220,13 +220,14 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
 )
 @console.coding_options
 @console.file_options(compressing=True)
-def compress(files, model_path, online, streams, threads, device, adapt, precision, **how):
+def compress(files, model_path, online, streams, mixing, threads, device, adapt, precision, **how):
     """Compress each FILE to FILE.shz (`-`: standard input to standard output), exactly
     invertible by `sharnn decompress` (docs/compression.md). Each FILE is kept (--rm
     removes it); FILE.shz takes its mode and modification time. Compressed data is never
     written to a terminal. `sharnn compress SRC DEST` (DEST no file yet) is deprecated:
     `-o DEST`."""
     coding = {"online": online, "streams": streams, "device": device, "precision": precision, "adapt": adapt}
+    coding["mixing"] = mixing
     console.code_files(files, how, coding, model=model_path, threads=threads)
 
 

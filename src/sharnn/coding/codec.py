@@ -307,7 +307,12 @@ def _check_coding(model: SHARNN, precision: str, online: TrainConfig | None, ada
     _check_precision(model, precision, online is not None)
     if mixing is not None and mixing not in MIXINGS:
         raise ConfigError(f"mixing must be one of {', '.join(map(str, MIXINGS))}, got {mixing}")
-    return bool(adapt or (adapt is None and precision == "integer"))
+    mixed = bool(adapt or (adapt is None and precision == "integer"))
+    if mixing is not None and not mixed:
+        without = "online mode" if online is not None else f"--precision {precision}"
+        without = "--no-adapt" if adapt is False else without
+        raise ConfigError(f"--mixing chooses the adaptive mixing, which {without} leaves out: leave it out")
+    return mixed
 
 
 def default_precision(model: SHARNN, online: TrainConfig | None = None) -> str:

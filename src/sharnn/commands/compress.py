@@ -24,7 +24,7 @@ from ..models.build import LanguageModel
 from ..models.shipped import DEFAULT_MODEL
 from ..progress import ProgressDisplay
 from ..runtime import resolve_device
-from .arguments import check_coding
+from .arguments import check_coding, check_count
 
 SUFFIX = ".shz"
 """What ``sharnn compress`` adds to a file's name, and ``sharnn decompress`` takes off."""
@@ -97,6 +97,7 @@ def compress_file(
     force: bool = False,
     quiet: bool = False,
     adapt: bool | None = None,
+    mixing: int | None = None,
 ) -> Coding:
     """Compress the file ``source`` to ``dest`` (``-``: standard input or output), exactly
     invertible by :func:`~sharnn.commands.decompress.decompress_file` (docs/compression.md),
@@ -114,10 +115,9 @@ def compress_file(
         device: ``cpu`` or ``cuda[:N]`` (a CUDA file decodes on the same GPU type and libraries only).
         precision: ``integer`` (the default with a model: a file that decodes anywhere),
             ``fp32`` (the default online) or ``bf16``, as :func:`sharnn.coding.codec.compress`.
-        adapt: mix the model with context models that learn the file (None: with integer,
-            the only precision that can: :func:`precision_note`).
-        force, quiet: replace ``dest`` if it is a file or a symbolic link (the link, not its
-            target); show no progress on standard error.
+        adapt, mixing: mix the model with context models that learn the file (None: with
+            integer, the only precision that can: :func:`precision_note`), by mixing ``mixing`` (None: the latest).
+        force, quiet: replace ``dest`` if a file or symbolic link (the link); no progress shown.
 
     ``dest`` is checked before any work, held for this call alone and written atomically
     (:func:`sharnn.files.output_destination`); ``source`` holds at most
@@ -130,7 +130,7 @@ def compress_file(
             refuses (the input, a file without ``force``, a folder, a device or FIFO).
         DataError: an unreadable or too large ``source``. CheckpointError: as :func:`sharnn.load`.
     """
-    options = {"streams": streams, "threads": threads, "precision": precision, "adapt": adapt}
+    options = {"streams": streams, "threads": threads, "precision": precision, "adapt": adapt, "mixing": mixing}
     _check_request(source, dest, model, settings, options, online=online, force=force, quiet=quiet)
     with output_destination(source, dest, force, ConfigError):
         data = read_input(source, MAX_LENGTH, "the most sharnn compresses")
@@ -151,6 +151,7 @@ def _check_request(source, dest, model, settings: Sequence[str], options: dict, 
     combinations it refuses."""
     streams, threads = options["streams"], options["threads"]
     check_coding(source, dest, model, streams, threads, False, settings, online=online, adapt=options["adapt"], **flags)
+    check_count("mixing", options["mixing"], 1, optional=True)
     if online and model is not None:
         raise ConfigError("give --model or --online, not both")
     if settings and not online:
