@@ -1,6 +1,7 @@
 """Shared helpers for tests/test_cli.py and tests/test_train.py: a tiny run configuration,
 a small corpus, running the command line (in-process with click's CliRunner, or as a
-real process), and comparing checkpoints.
+real process), and comparing checkpoints; and for the mixings' tests (tests/test_matching.py,
+tests/test_bitwise.py), their inputs and a digest of their probabilities.
 
 Everything here is sized so that one training run takes a few seconds on 2 CPU cores.
 """
@@ -8,6 +9,7 @@ Everything here is sized so that one training run takes a few seconds on 2 CPU c
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -16,12 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from sharnn.cli import main
 from sharnn.data.corpus import bundled_wikitext2
+from sharnn.models import exact
 
 # WikiText-2 (tokenized v1), the copy bundled with the package: {train,valid,test}.txt.gz.
 WIKITEXT2 = bundled_wikitext2()
@@ -206,3 +210,27 @@ class single_thread:
 
     def __exit__(self, *exc):
         torch.set_num_threads(self.previous)
+
+
+def random_log_weights(rows: int, streams: int, scale: float = 4.0) -> np.ndarray:
+    """A model's log-weights ``[rows, B, 256]`` (int64, :func:`sharnn.models.exact.log_weights`)
+    of normal logits times ``scale``, the same every run (seed 7)."""
+    logits = torch.randn(rows, streams, 256, generator=torch.Generator().manual_seed(7)) * scale
+    return exact.log_weights(logits).numpy()
+
+
+def text_grid(text: bytes, rows: int, streams: int) -> np.ndarray:
+    """``text`` repeated to ``rows * streams`` bytes and cut into ``streams`` streams: ``[rows, B]`` int64."""
+    data = (text * (1 + rows * streams // len(text)))[: rows * streams]
+    return np.frombuffer(data, np.uint8).reshape(streams, rows).T.astype(np.int64)
+
+
+def mixer_digest(mixer, grid: np.ndarray, weights: np.ndarray) -> str:
+    """SHA-256 of every probability ``mixer`` gives, walking ``grid [rows, B]`` with the
+    model's ``weights [rows, B, 256]`` (the last position codes all streams but the last)."""
+    rows, streams = grid.shape
+    digest = hashlib.sha256()
+    for t in range(rows):
+        digest.update(mixer.mix(weights[t]).tobytes())
+        mixer.update(grid[t, : streams - 1 if t == rows - 1 else streams])
+    return digest.hexdigest()

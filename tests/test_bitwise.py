@@ -4,12 +4,10 @@ text better than version 2, refuses bad bytes without learning, and is pinned by
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
-import torch
 
+from helpers import mixer_digest, random_log_weights, text_grid
 from sharnn.coding import bitwise
 from sharnn.coding.bitwise import BitMixer
 from sharnn.coding.matching import MatchMixer
@@ -18,14 +16,8 @@ from sharnn.models import exact
 TEXT = b"Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do. "
 
 
-def _log_weights(rows: int, streams: int, scale: float = 4.0) -> np.ndarray:
-    logits = torch.randn(rows, streams, 256, generator=torch.Generator().manual_seed(7)) * scale
-    return exact.log_weights(logits).numpy()
-
-
 def _grid(rows: int, streams: int) -> np.ndarray:
-    data = (TEXT * (1 + rows * streams // len(TEXT)))[: rows * streams]
-    return np.frombuffer(data, np.uint8).reshape(streams, rows).T.astype(np.int64)
+    return text_grid(TEXT, rows, streams)
 
 
 def _bits(mixer, rows: int, streams: int, weights: np.ndarray) -> np.ndarray:
@@ -39,7 +31,7 @@ def _bits(mixer, rows: int, streams: int, weights: np.ndarray) -> np.ndarray:
 
 
 def test_the_tree_is_a_distribution_of_positive_probabilities():
-    mixer, weights, grid = BitMixer(3), _log_weights(50, 3), _grid(50, 3)
+    mixer, weights, grid = BitMixer(3), random_log_weights(50, 3), _grid(50, 3)
     for t in range(50):
         probs = mixer.mix(weights[t])
         assert probs.shape == (3, 256) and (probs > 0).all()
@@ -51,7 +43,7 @@ def test_at_first_it_gives_version_2s_distribution_within_its_units():
     """Every weight but version 2's input is 0, the context models hold 1/2, the APM is the
     identity: each split is version 2's, rounded to 2**-12 and through the stretch and
     squash tables, so each likely byte keeps its probability within a few percent."""
-    weights = _log_weights(1, 2)[0]
+    weights = random_log_weights(1, 2)[0]
     byte_probs, probs = MatchMixer(2).mix(weights), BitMixer(2).mix(weights)
     likely = byte_probs > 0.01
     assert likely.any()
@@ -73,13 +65,13 @@ def test_below_the_threshold_version_2s_split_is_kept():
 def test_the_bits_learn_a_text_better_than_version_2():
     """A sentence repeated, two streams: version 3 spends fewer bits than version 2 on the
     last third, where both have seen it often."""
-    rows, weights = 600, _log_weights(600, 2, scale=1.0)
+    rows, weights = 600, random_log_weights(600, 2, scale=1.0)
     version_2, version_3 = _bits(MatchMixer(2), rows, 2, weights), _bits(BitMixer(2), rows, 2, weights)
     assert version_3[400:].sum() < version_2[400:].sum(), (version_3[400:].sum(), version_2[400:].sum())
 
 
 def test_bad_bytes_are_refused_and_nothing_is_learnt():
-    mixer, weights = BitMixer(2), _log_weights(2, 2)
+    mixer, weights = BitMixer(2), random_log_weights(2, 2)
     before = mixer.mix(weights[0])
     state = [array.copy() for array in mixer.bits]
     for coded in (np.array([1, 256]), np.array([1, 2, 3]), np.array([[1, 2]])):
@@ -102,16 +94,8 @@ def test_the_lines_and_the_indirect_bytes_follow_the_text():
     assert mixer.indirect[ord("\n") + 1] == (ord("c") << 8) | ord("e")  # indexed by the byte + 1
 
 
-def _digest(mixer, rows: int, streams: int) -> str:
-    grid, weights, digest = _grid(rows, streams), _log_weights(rows, streams), hashlib.sha256()
-    for t in range(rows):
-        digest.update(mixer.mix(weights[t]).tobytes())
-        mixer.update(grid[t, : streams - 1 if t == rows - 1 else streams])
-    return digest.hexdigest()
-
-
 def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
-    assert _digest(BitMixer(3), 300, 3) == DIGEST
+    assert mixer_digest(BitMixer(3), _grid(300, 3), random_log_weights(300, 3)) == DIGEST
 
 
 DIGEST = "4ace10d60dd1da8f5caa9de07f635f86f9249dd4cda3c03aaf7330dcf512568f"  # AMD EPYC (AVX-512), numba 0.68

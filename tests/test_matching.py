@@ -4,20 +4,19 @@ bit for bit, and files of either version round-trip through the codec."""
 
 from __future__ import annotations
 
-import hashlib
 from unittest import mock
 
 import numpy as np
 import pytest
 import torch
 
+from helpers import mixer_digest, random_log_weights, text_grid
 from sharnn.coding import codec, matching
 from sharnn.coding.arithmetic import Arithmetic
 from sharnn.coding.container import read_header
 from sharnn.coding.matching import MATCH_ORDER, MatchMixer
 from sharnn.coding.mixing import AdaptiveMixer
 from sharnn.errors import ConfigError, DataError
-from sharnn.models import exact
 from sharnn.models.build import build_model
 from sharnn.models.config import SHARNNConfig
 
@@ -55,22 +54,9 @@ def test_a_match_found_by_a_colliding_hash_predicts_nothing():
         assert not mixer.match[2][:, 2].any()
 
 
-def _log_weights(rows: int, streams: int) -> np.ndarray:
-    logits = torch.randn(rows, streams, 256, generator=torch.Generator().manual_seed(7)) * 4
-    return exact.log_weights(logits).numpy()
-
-
-def _text(rows: int, streams: int) -> np.ndarray:
-    data = (b"Alice was beginning to get very tired of sitting by her sister on the bank. " * 40)[: rows * streams]
-    return np.frombuffer(data, np.uint8).reshape(streams, rows).T.astype(np.int64)
-
-
 def _digest(mixer, rows: int, streams: int) -> str:
-    grid, weights, digest = _text(rows, streams), _log_weights(rows, streams), hashlib.sha256()
-    for t in range(rows):
-        digest.update(mixer.mix(weights[t]).tobytes())
-        mixer.update(grid[t, : streams - 1 if t == rows - 1 else streams])
-    return digest.hexdigest()
+    text = b"Alice was beginning to get very tired of sitting by her sister on the bank. "
+    return mixer_digest(mixer, text_grid(text, rows, streams), random_log_weights(rows, streams))
 
 
 def test_with_its_parts_off_version_2_is_version_1_bit_for_bit():
