@@ -163,13 +163,21 @@ def _hash_contexts(history, word, b, contexts, text):
     contexts[b, 20] = (_mixed(word[b], np.uint64(0x7777)) ^ before) * _MULTIPLIER
 
 
+@kernel("UniTuple(int64, 2)(int64, int64)")
+def _half(c0, depth):
+    """Node ``c0``'s half byte (0: the first; 1 + h: the second after first half ``h``) and
+    its place among the half's 15 nodes (1 .. 15)."""
+    if depth < 4:
+        return 0, c0
+    return 1 + (c0 >> (depth - 4)) - 16, (1 << (depth - 4)) | (c0 & ((1 << (depth - 4)) - 1))
+
+
 @kernel("void(uint64[:, ::1], int64, int64, int64, " + _WORK + ")")
 def _slots(contexts, b, c0, depth, work):
     """The slots of stream ``b``'s contexts for node ``c0``'s half byte, into ``work``'s
     ``slots [CONTEXTS, 17]`` (column 0: the first half; 1 + h: the second after first half
     ``h``), unless known: each a hash of the context and the first half."""
-    slots, known = work[1], work[2]
-    half = 0 if depth < 4 else 1 + (c0 >> (depth - 4)) - 16
+    slots, known, half = work[1], work[2], _half(c0, depth)[0]
     if known[half]:
         return
     for i in range(CONTEXTS):
@@ -198,8 +206,7 @@ def _node(state, curves, b, c0, cum, work):
     x, slots, _, sums = work
     depth = _DEPTHS[c0]
     _slots(contexts, b, c0, depth, work)
-    half = 0 if depth < 4 else 1 + (c0 >> (depth - 4)) - 16
-    within = c0 if depth < 4 else (1 << (depth - 4)) | (c0 & ((1 << (depth - 4)) - 1))
+    half, within = _half(c0, depth)
     x[0], x[1] = stretch[_split(cum, c0, depth)], 256
     for i in range(CONTEXTS):
         p = ((np.int64(tables[i, slots[i, half], within]) >> 10) + (1 << 21)) >> 10
@@ -265,30 +272,34 @@ def _tree(state, curves, byte_probs, cum, b, work, probs):
             probs[s] = mass[256 + s]
 
 
-@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, float64[:, ::1], float64[:, ::1], {_WORK})")
-def _mix(state, curves, history, word, text, byte_probs, probs, work):
+_ARRAYS = "float64[:, ::1], float64[:, ::1], float64[:, ::1]"  # version 2's distribution, its running sums, probs
+
+
+@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, {_ARRAYS}, {_WORK})")
+def _mix(state, curves, history, word, text, byte_probs, cums, probs, work):
     """Every stream's distribution ``probs [B, 256]`` (:func:`_tree`) from version 2's
-    ``byte_probs [B, 256]``; leaves each stream's contexts and previous byte in ``state``."""
-    contexts, previous, cum = state[3], state[4], np.zeros(257)
+    ``byte_probs [B, 256]``; leaves in ``cums [B, 257]`` their running sums, and each
+    stream's contexts and previous byte in ``state``, for :func:`_learn`."""
+    contexts, previous = state[3], state[4]
     for b in range(byte_probs.shape[0]):
         _hash_contexts(history, word, b, contexts, text)
         previous[b] = np.int64(history[b, 0])
-        _running_sums(byte_probs[b], cum)
+        _running_sums(byte_probs[b], cums[b])
         work[2][:] = False
-        _tree(state, curves, byte_probs[b], cum, b, work, probs[b])
+        _tree(state, curves, byte_probs[b], cums[b], b, work, probs[b])
 
 
 @kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], {_TEXT}, float64[:, ::1], int64[::1], {_WORK})")
-def _learn(state, curves, history, text, byte_probs, coded, work):
+def _learn(state, curves, history, text, cums, coded, work):
     """Every node on the path of each of the first ``k`` streams' bytes ``coded [k]``
     learns, stream after stream: both mixers' weight sets and the final one, the APMs'
     points, the context models' probabilities and counts; then the indirect bytes and the
     lines' starts (``text``)."""
     tables, weights, apm, _, previous = state
     squash, (_, _, t, indirect, lines) = curves[1], text
-    (x, slots, _, sums), cum = work, np.zeros(257)
+    x, slots, _, sums = work
     for b in range(len(coded)):
-        _running_sums(byte_probs[b], cum)
+        cum = cums[b]  # version 2's running sums, as mix left them
         work[2][:] = False
         c0 = 1
         for depth in range(8):
@@ -306,8 +317,7 @@ def _learn(state, curves, history, text, byte_probs, coded, work):
             for row in (sums[3], sums[5]):
                 apm[row, point] += ((target - apm[row, point]) * (128 - fraction)) >> (7 + APM_RATE)
                 apm[row, point + 1] += ((target - apm[row, point + 1]) * fraction) >> (7 + APM_RATE)
-            half = 0 if depth < 4 else 1 + (c0 >> (depth - 4)) - 16
-            within = c0 if depth < 4 else (1 << (depth - 4)) | (c0 & ((1 << (depth - 4)) - 1))
+            half, within = _half(c0, depth)
             for i in range(CONTEXTS):
                 entry = np.int64(tables[i, slots[i, half], within])
                 p, n = (entry >> 10) + (1 << 21), entry & 1023
@@ -326,7 +336,7 @@ class BitMixer(MatchMixer):
     :meth:`mix`, then :meth:`update`. Besides version 2's state: :attr:`bits`, the context
     models of bits (``[CONTEXTS, 2**SLOT_BITS, 16]`` int32: each probability and count),
     the mixers' weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s
-    indirect bytes and lines' starts; version 2's distribution of the position."""
+    indirect bytes and lines' starts; the running sums of version 2's distribution of the position."""
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
@@ -340,7 +350,7 @@ class BitMixer(MatchMixer):
         self.indirect, self.lines = np.zeros(_INDIRECT, np.int64), np.zeros((streams, 2), np.int64)
         self.lines[:, 1] = -1  # no line before the first
         self._curves = (_stretch(), _squash_table())
-        self._byte_probs = np.zeros((streams, 256), np.float64)
+        self._cums = np.zeros((streams, 257), np.float64)  # version 2's running sums of the position
         self._work = _work()
 
     @property
@@ -349,13 +359,12 @@ class BitMixer(MatchMixer):
         return self.previous, self.match[0], self.position, self.indirect, self.lines
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
-        self._byte_probs[...] = super().mix(model_log_weights)
-        probs = np.empty((self.streams, 256), dtype=np.float64)
-        _mix(self.bits, self._curves, self.history, self.word, self.text, self._byte_probs, probs, self._work)
+        byte_probs, probs = super().mix(model_log_weights), np.empty((self.streams, 256), dtype=np.float64)
+        _mix(self.bits, self._curves, self.history, self.word, self.text, byte_probs, self._cums, probs, self._work)
         return probs
 
     def update(self, coded: np.ndarray) -> None:
         coded = np.ascontiguousarray(coded, dtype=np.int64)
         if self._mixed and coded.ndim == 1 and mixing._codable(coded, self.streams):
-            _learn(self.bits, self._curves, self.history, self.text, self._byte_probs, coded, self._work)
+            _learn(self.bits, self._curves, self.history, self.text, self._cums, coded, self._work)
         super().update(coded)  # raises for what the bits did not learn from
