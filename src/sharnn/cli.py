@@ -226,8 +226,7 @@ def compress(files, model_path, online, streams, mixing, threads, device, adapt,
     removes it); FILE.shz takes its mode and modification time. Compressed data is never
     written to a terminal. `sharnn compress SRC DEST` (DEST no file yet) is deprecated:
     `-o DEST`."""
-    coding = {"online": online, "streams": streams, "device": device, "precision": precision, "adapt": adapt}
-    coding["mixing"] = mixing
+    coding = dict(online=online, streams=streams, device=device, precision=precision, adapt=adapt, mixing=mixing)
     console.code_files(files, how, coding, model=model_path, threads=threads)
 
 
