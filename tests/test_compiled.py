@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -103,6 +104,19 @@ def test_the_first_use_says_it_compiles_and_the_second_loads_the_cache(tmp_path)
     assert str(tmp_path / "cache") in first.stderr
     second = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
     assert "compiling" not in second.stderr and second.stdout.strip() == "42", second.stderr
+
+
+def test_only_a_kernel_that_says_it_allocates_may_allocate(monkeypatch):
+    """Kernels run without numba's reference counting unless they allocate (sharnn.compiled.kernel):
+    one that allocates without saying so does not compile, rather than run without it."""
+    monkeypatch.setattr(compiled, "KERNELS", [])  # these two stay out of the registry
+
+    def ones(n):
+        return np.ones(n)
+
+    with pytest.raises(numba.core.errors.TypingError):
+        compiled.kernel("float64[::1](int64)")(ones).compile("float64[::1](int64)")
+    assert compiled.kernel("float64[::1](int64)", allocates=True)(ones)(3).tolist() == [1.0, 1.0, 1.0]
 
 
 def test_a_kernel_without_signatures_is_refused():

@@ -239,7 +239,7 @@ def _running_sums(probs, cum):
         cum[s + 1] = cum[s] + probs[s]
 
 
-@kernel(f"void({_STATE}, {_CURVES}, float64[::1], float64[::1], int64, {_WORK}, float64[::1])")
+@kernel(f"void({_STATE}, {_CURVES}, float64[::1], float64[::1], int64, {_WORK}, float64[::1])", allocates=True)
 def _tree(state, curves, byte_probs, cum, b, work, probs):
     """Stream ``b``'s distribution ``probs [256]``: the tree of refined splits over
     ``byte_probs [256]`` (version 2's; ``cum [257]`` its running sums), a node under
@@ -275,7 +275,7 @@ def _tree(state, curves, byte_probs, cum, b, work, probs):
 _ARRAYS = "float64[:, ::1], float64[:, ::1], float64[:, ::1]"  # version 2's distribution, its running sums, probs
 
 
-@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, {_ARRAYS}, {_WORK})")
+@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, {_ARRAYS}, {_WORK})", allocates=True)
 def _mix(state, curves, history, word, text, byte_probs, cums, probs, work):
     """Every stream's distribution ``probs [B, 256]`` (:func:`_tree`) from version 2's
     ``byte_probs [B, 256]``; leaves in ``cums [B, 257]`` their running sums, and each

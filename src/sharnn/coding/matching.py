@@ -224,7 +224,8 @@ def _apm_learn(apm, b, coded):
 
 @kernel(
     f"void({_TABLES}, {_PLACES}, uint64[:, ::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, {_LOGS}, {_MATCH}, {_APM},"
-    " float64[:, ::1])"
+    " float64[:, ::1])",
+    allocates=True,
 )
 def _mix(tables, places, history, model, inputs, mixers, logs, match, apm, probs):
     """Version 1's mix (:func:`sharnn.coding.mixing._mix`) with the match model's inputs,
@@ -247,7 +248,7 @@ def _mix(tables, places, history, model, inputs, mixers, logs, match, apm, probs
         _refine(mean, b, history, match, apm, probs[b])
 
 
-@kernel(f"void({_MATCH}, uint64[:, ::1], int64, int64[::1])")
+@kernel(f"void({_MATCH}, uint64[:, ::1], int64, int64[::1])", allocates=True)
 def _follow(match, history, t, coded):
     """The match model's step after position ``t`` coded ``coded [k]`` (its bytes already in
     the buffer, the histories advanced): each match that predicted right grows, one that
@@ -284,7 +285,8 @@ def _follow(match, history, t, coded):
 
 @kernel(
     f"boolean({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], uint64[::1], int64[:, ::1], {_INPUTS}, {_MIXERS},"
-    f" {_MATCH}, {_APM}, int64, int64[::1])"
+    f" {_MATCH}, {_APM}, int64, int64[::1])",
+    allocates=True,
 )
 def _update(tables, places, history, word, previous, model, inputs, mixers, match, apm, t, coded):
     """Version 1's update (:func:`sharnn.coding.mixing._update`), the APMs' and the match

@@ -200,7 +200,7 @@ def _logits(w, model, inputs, logits):
             logits[symbols[m, j]] += w[1 + 2 * m] * deltas[1 + 2 * m, j] + w[2 + 2 * m] * deltas[2 + 2 * m, j]
 
 
-@kernel("void(int64[::1], int64[::1], int64[::1])")
+@kernel("void(int64[::1], int64[::1], int64[::1])", allocates=True)
 def _exp_weights(logits, exp, weights):
     """``weights [256] = exp[min((max(logits) - logits) >> 18, len(exp) - 1)]``: the integer
     weights of ``logits [256]`` (2**-26 nat), their gaps rounded down to 1/256 nat."""
@@ -209,7 +209,10 @@ def _exp_weights(logits, exp, weights):
         weights[s] = exp[min((top - logits[s]) >> 18, len(exp) - 1)]
 
 
-@kernel(f"void({_TABLES}, {_PLACES}, uint64[:, ::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, {_LOGS}, float64[:, ::1])")
+@kernel(
+    f"void({_TABLES}, {_PLACES}, uint64[:, ::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, {_LOGS}, float64[:, ::1])",
+    allocates=True,
+)
 def _mix(tables, places, history, model, inputs, mixers, logs, probs):
     """One position's mixing of the ``B`` streams (:meth:`AdaptiveMixer.mix`) of
     ``model [B, 256] = X_0``: each stream's ``inputs`` (:func:`_count_inputs`, each array
@@ -255,7 +258,7 @@ def _learn(w, q, model, inputs, coded):
             w[i] += (value * total - expected) * LEARNING_RATE[0] // (total * LEARNING_RATE[1])
 
 
-@kernel(f"void({_TABLES}, {_PLACES}, int64[::1])")
+@kernel(f"void({_TABLES}, {_PLACES}, int64[::1])", allocates=True)
 def _count(tables, places, symbols):
     """:meth:`ContextTables.add` of ``symbols [k]`` after the contexts at ``places`` (rows
     and tags ``[M, >= k]``, the first ``k`` columns): per model, the claims (against the
@@ -303,7 +306,7 @@ def _advance(history, word, coded):
         word[b] = (word[b] + (np.uint64(byte) | np.uint64(32))) * _MULTIPLIER if letter else np.uint64(0)
 
 
-@kernel("boolean(int64[::1], int64)")
+@kernel("boolean(int64[::1], int64)", allocates=True)
 def _codable(coded, streams):
     """Whether ``coded [k]`` holds at most ``streams`` bytes, each within 0 .. 255."""
     return len(coded) <= streams and (len(coded) == 0 or (coded.min() >= 0 and coded.max() <= 255))
@@ -319,7 +322,10 @@ def _learn_all(model, inputs, mixers, coded):
             _learn(weights[offsets[m] + chosen[m, b]], q[m, b], model[b], stream, coded[b])
 
 
-@kernel(f"boolean({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, int64[::1])")
+@kernel(
+    f"boolean({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], int64[:, ::1], {_INPUTS}, {_MIXERS}, int64[::1])",
+    allocates=True,
+)
 def _update(tables, places, history, word, model, inputs, mixers, coded):
     """One position's learning (:meth:`AdaptiveMixer.update`) from the bytes ``coded [k]``
     of the first ``k`` streams, from what :func:`_mix` left (the same arguments): every

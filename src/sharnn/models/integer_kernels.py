@@ -154,7 +154,7 @@ def input_gates(from_input, ln_ih, bias, eps, out):
         _input_gates(from_input[b], ln_ih, bias, eps, out[b])
 
 
-@kernel(_RECURRENCE, parallel=True)
+@kernel(_RECURRENCE, parallel=True, allocates=True)
 def recurrence(gates, from_input, table, tokens, kind, ln_ih, ln_hh, bias, ln_cell, eps, sigmoid, tanh, h, c):
     """One LSTM (or LN-LSTM) position: ``h [B, d]`` and ``c [B, d]`` updated in place.
 
@@ -197,7 +197,9 @@ def recurrence(gates, from_input, table, tokens, kind, ln_ih, ln_hh, bias, ln_ce
 # ------------------------------------------------------------------ the attention
 
 
-@kernel(f"void({_F32_2D}, int32[:, :, ::1], int64, {_F32_2D}, {_F32_2D}, float64, {_F32_2D})", parallel=True)
+@kernel(
+    f"void({_F32_2D}, int32[:, :, ::1], int64, {_F32_2D}, {_F32_2D}, float64, {_F32_2D})", parallel=True, allocates=True
+)
 def attention_input(u, ring, slot, ln_mem, ln_mid, eps, r):
     """From the LSTM's output ``u [B, d]``, one normalisation for two LayerNorms: ``LN_mem(u)``
     in units of 2**-10, rounded and clamped to ±2**15, into ``ring [B, R, d]`` at ``slot``;
@@ -247,6 +249,7 @@ def _attend(query, memory, exp_table, total):
 @kernel(
     f"void({_F32_2D}, int32[:, :, ::1], int64, {_F32_2D}, float32[::1], {_F32_2D}, float64, int64[::1], {_F32_2D})",
     parallel=True,
+    allocates=True,
 )
 def attention(query, ring, filled, ln_query, value_gate, r, eps, exp_table, y):
     """``y = r + g_v * Attn(query)`` for ``r [B, d]`` (``LN_mid(u)``) and the query
@@ -312,7 +315,7 @@ def residual(inner, normed, ln_ff, z):
 # ------------------------------------------------------------------ the output
 
 
-@kernel("void(float32[:, ::1], int64[::1], float64[:, ::1], int32[:, ::1])", parallel=True)
+@kernel("void(float32[:, ::1], int64[::1], float64[:, ::1], int32[:, ::1])", parallel=True, allocates=True)
 def output_weights(logits, exp_table, probabilities, log_weights):
     """From ``logits [B, V]`` (float32): each logit's gap to its row's largest, rounded to
     1/256 nat, ``-gap`` into ``log_weights [B, V]``; the ``exp`` table's integer weights at
