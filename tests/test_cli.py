@@ -746,3 +746,15 @@ def test_commands_let_openmp_threads_sleep_unless_told_otherwise(given, seen):
     code = "import os; from sharnn.console import _import_torch; _import_torch(); print(os.environ['OMP_WAIT_POLICY'])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.stdout.strip() == seen, done.stderr
+
+
+def test_torchs_objects_are_frozen_and_the_collector_is_back_on():
+    """While torch loads, Python's cyclic collector is off; what the import made is then
+    frozen (never read by the collector again) and the collector is on for the command."""
+    code = (
+        "import gc; from sharnn.console import _import_torch; _import_torch(); "
+        "print(gc.isenabled(), gc.get_freeze_count())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
+    enabled, frozen = done.stdout.split()
+    assert enabled == "True" and int(frozen) > 10_000, done.stderr
