@@ -12,8 +12,10 @@ everywhere.
 - ``sharnn``: this checkout's ``sharnn.coding.codec.compress`` / ``decompress`` with the
   shipped model and no options (what ``sharnn compress FILE`` does), in a fresh process, the
   model loaded and the kernels compiled before the clock starts;
-- with ``--modes``, ``sharnn --mixing 1`` (the adaptive stage of version 1) and ``sharnn
-  --no-adapt`` (the model alone): the same with those arguments of ``compress``;
+- with ``--modes [MODE ...]`` (none named: all), ``sharnn --mixing 2`` and ``--mixing 1``
+  (the adaptive stage of versions 2 and 1) and ``sharnn --no-adapt`` (the model alone): the
+  same with those arguments of ``compress``; beside ``--mixing 2``, the ``x --mixing 2``
+  column (issue 41's speed target: mixing 3 at least 0.8 of it, the slower direction);
 - ``sharnn BASELINE``: the same in the checkout ``--baseline DIR`` (a ``git worktree`` of
   an earlier release, e.g. 0.4.0: ``git worktree add ../sharnn-0.4.0 e547d1e``);
 - ``products``: the shipped model's matrix products alone, float32 through oneDNN, at the
@@ -65,7 +67,11 @@ OTHER = ROOT / "benchmarks" / "data" / "other"
 FILES = ("small", "alice29", "asyoulik", "lcet10", "plrabn12")  # the default: the speed targets' files
 OTHER_FILES = {"json": "span1024-results.json", "log": "pytest.log", "binary": "matching-mix.o"}  # name: file
 SMALL_BYTES = 10_000
-MODES = {"sharnn --mixing 1": {"mixing": 1}, "sharnn --no-adapt": {"adapt": False}}  # compress's arguments
+MODES = {  # compress's arguments
+    "sharnn --mixing 2": {"mixing": 2},
+    "sharnn --mixing 1": {"mixing": 1},
+    "sharnn --no-adapt": {"adapt": False},
+}
 
 # What a fresh process runs for ``sharnn`` and its baseline: load, compile, then time.
 DRIVER = r"""
@@ -191,7 +197,9 @@ def startup(source: Path) -> float:
 def compressors(args) -> dict:
     """Name -> ``measure(name_of_file, path) -> dict`` for every compressor of this run."""
     table = {"sharnn": lambda name, path: sharnn(ROOT, path)}
-    for mode, options in MODES.items() if args.modes else ():
+    for mode, options in MODES.items() if args.modes is not None else ():
+        if args.modes and mode.removeprefix("sharnn ") not in args.modes:
+            continue
         table[mode] = lambda name, path, options=options: sharnn(ROOT, path, options)
     if args.baseline:
         table[f"sharnn {args.baseline_name}"] = lambda name, path: sharnn(Path(args.baseline), path)
@@ -272,8 +280,8 @@ def rows(result: dict) -> list[dict]:
         others = {r["compressor"]: r for r in out if r["file"] == row["file"]}
         if "PPMd" in others:
             row["vs_ppmd"] = 100 * (row["bytes"] / others["PPMd"]["bytes"] - 1)
-        for reference in (k for k in others if is_baseline(k) or k == "paq8px -8"):
-            key = "x_baseline" if is_baseline(reference) else "x_paq8px"
+        for reference in (k for k in others if is_baseline(k) or k in ("paq8px -8", "sharnn --mixing 2")):
+            key = "x_baseline" if is_baseline(reference) else {"paq8px -8": "x_paq8px"}.get(reference, "x_mixing_2")
             row[key] = min(row[f"{w}_kb_s"] / others[reference][f"{w}_kb_s"] for w in ("compress", "decompress"))
     return out
 
@@ -293,6 +301,7 @@ def report(result: dict) -> None:
         ("products_kb_s", "products KB/s", ".2f"),
         ("x_baseline", "x baseline (slower way)", ".2f"),
         ("x_paq8px", "x paq8px", ".2f"),
+        ("x_mixing_2", "x --mixing 2", ".2f"),
     ]
     print_table(table, [c for c in columns if any(c[0] in row for row in table)])
     if "startup" in result:
@@ -306,7 +315,13 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="a checkout of an earlier sharnn to measure beside")
     parser.add_argument("--baseline-name", default="0.4.0", help="its name in the table [%(default)s]")
     parser.add_argument("--paq8px", default=shutil.which("paq8px"), help="the paq8px binary [on PATH]")
-    parser.add_argument("--modes", action="store_true", help="also sharnn's other modes: " + ", ".join(MODES))
+    parser.add_argument(
+        "--modes",
+        nargs="*",
+        choices=[mode.removeprefix("sharnn ") for mode in MODES],
+        metavar="MODE",
+        help="also these of sharnn's other modes (none named: all): " + ", ".join(MODES),
+    )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", default="benchmarks/results/coder_speed.json", help="results file (resumed)")
     parser.add_argument("--report", action="store_true", help="only print the table of --json")
