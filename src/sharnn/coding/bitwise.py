@@ -38,7 +38,10 @@ the other.
 Every number of the models, mixers and APMs is an integer (probabilities in units of
 2**-12, the context models' in 2**-22, weights in 2**-16, stretched values in 1/256); the
 split of ``P`` and the tree's products are float64 in a fixed order, exactly rounded on
-every machine (no fused operations): the compiled core's rules.
+every machine (no fused operations): the compiled core's rules. The APMs' points (0 ..
+65535, and an update only moves a point towards 0 or 65535) are kept as uint16 and the
+stretch and squash tables (within ±2047 and 1 .. 4095) as int16, all read into int64: a
+quarter of the memory, the same numbers (measured: the mix 12% faster).
 """
 
 from __future__ import annotations
@@ -70,9 +73,9 @@ _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
 _ORDERS = np.array([1, 2, 3, 4, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
 _ORDER_CONTEXTS = np.array([0, 1, 2, 3, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
 _INDIRECT = 257 + (1 << 16)  # the bytes that followed each previous byte, then each hash of the last two
-_STATE = "Tuple((int32[:, :, ::1], int64[:, ::1], int64[:, ::1], uint64[:, ::1], int64[::1]))"
+_STATE = "Tuple((int32[:, :, ::1], int64[:, ::1], uint16[:, ::1], uint64[:, ::1], int64[::1]))"
 _TEXT = "Tuple((uint64[::1], uint8[:, ::1], int64, int64[::1], int64[:, ::1]))"  # words, buffer, t, indirect, lines
-_CURVES = "UniTuple(int64[::1], 2)"  # stretch (4096 probabilities) and squash (4095 stretched values)
+_CURVES = "UniTuple(int16[::1], 2)"  # stretch (4096 probabilities) and squash (4095 stretched values)
 _WORK = "Tuple((int64[::1], int64[:, ::1], boolean[::1], int64[::1]))"  # inputs, slots, slots known, sums
 
 
@@ -85,7 +88,7 @@ def _squash_table() -> np.ndarray:
     return np.array([min(4095, max(1, v)) for v in values], dtype=np.int64)
 
 
-@kernel("int64(int64, int64[::1])")
+@kernel("int64(int64, int16[::1])")
 def _squash(x, table):
     """``squash(x)`` of a stretched value ``x`` (1/256) in units of 2**-12, from ``table``."""
     return table[min(max(x, -2047), 2047) + 2047]
@@ -344,12 +347,12 @@ class BitMixer(MatchMixer):
         weights = np.zeros((SETS, INPUTS), np.int64)
         weights[:_FINAL, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone ...
         weights[_FINAL:, :2] = mixing.WEIGHT_UNIT // 2  # ... and the final one their mean
-        apm = np.repeat(_squash_points()[None], 2 * _APM_ROWS, axis=0)
+        apm = np.repeat(_squash_points().astype(np.uint16)[None], 2 * _APM_ROWS, axis=0)
         contexts, previous = np.zeros((streams, CONTEXTS), np.uint64), np.zeros(streams, np.int64)
         self.bits = (tables, weights, apm, contexts, previous)
         self.indirect, self.lines = np.zeros(_INDIRECT, np.int64), np.zeros((streams, 2), np.int64)
         self.lines[:, 1] = -1  # no line before the first
-        self._curves = (_stretch(), _squash_table())
+        self._curves = (_stretch().astype(np.int16), _squash_table().astype(np.int16))
         self._cums = np.zeros((streams, 257), np.float64)  # version 2's running sums of the position
         self._work = _work()
 
