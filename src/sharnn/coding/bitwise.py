@@ -12,6 +12,7 @@ the two, and two APMs refine the result::
     x_0 = st(P(bit = 1 | c0))                 version 2's, from the sums of P over the node's halves
     x_1 = 1                                   a bias
     x_{2+i} = st(p_i), x_{23+i} = p_i - 1/2   context i's probability p_i of a 1 here
+    x_44 = st(Q(bit = 1 | c0))                the model's own split, Q its distribution alone
     s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,bit,i} x_i
     p = squash(f_{c0,A} s_A + f_{c0,B} s_B)
     p' = (p + APM1_{prev,c0}(p) + 2 APM2_{hash(last 2 bytes),c0}(p)) / 4
@@ -59,7 +60,7 @@ MIXING_VERSION = 3
 CONTEXTS = 21  # the context models of bits (the module's docstring names them)
 SLOT_BITS = 18  # each context model: 2**18 slots of 16 probabilities, one slot per context and half byte
 COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
-INPUTS = 2 + 2 * CONTEXTS
+INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, st(p_i) and p_i - 1/2 of each context, the model's split
 _FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place), the final's
 SETS = _FINAL + 256
 LEARNING_RATE = 3  # w_i += (x_i (4096 y - 4096 p) 3) >> 14, in the units above
@@ -198,9 +199,10 @@ def _split(cum, c0, depth):
     return min(max(np.int64(one / total * 4096), 1), 4095) if total > 0 else 2048
 
 
-@kernel(f"int64({_STATE}, {_CURVES}, int64, int64, float64[::1], {_WORK})")
-def _node(state, curves, b, c0, cum, work):
-    """Stream ``b``'s node ``c0``: into ``work``, its inputs ``x [INPUTS]``, its slots
+@kernel(f"int64({_STATE}, {_CURVES}, int64, int64, float64[:, ::1], {_WORK})")
+def _node(state, curves, b, c0, cums, work):
+    """Stream ``b``'s node ``c0`` (``cums [2, 257]``: the running sums of version 2's
+    distribution and of the model's): into ``work``, its inputs ``x [INPUTS]``, its slots
     (:func:`_slots`) and ``sums = (mixer A's, mixer B's, p, APM row, st(p) + 2048, the
     second APM's row)``; returns the refined probability of a 1 (2**-12). Reads the state,
     changes nothing."""
@@ -210,7 +212,7 @@ def _node(state, curves, b, c0, cum, work):
     depth = _DEPTHS[c0]
     _slots(contexts, b, c0, depth, work)
     half, within = _half(c0, depth)
-    x[0], x[1] = stretch[_split(cum, c0, depth)], 256
+    x[0], x[1], x[INPUTS - 1] = stretch[_split(cums[0], c0, depth)], 256, stretch[_split(cums[1], c0, depth)]
     for i in range(CONTEXTS):
         p = ((np.int64(tables[i, slots[i, half], within]) >> 10) + (1 << 21)) >> 10
         x[2 + i], x[2 + CONTEXTS + i] = stretch[p], (p - 2048) >> 2
@@ -242,10 +244,10 @@ def _running_sums(probs, cum):
         cum[s + 1] = cum[s] + probs[s]
 
 
-@kernel(f"void({_STATE}, {_CURVES}, float64[::1], float64[::1], int64, {_WORK}, float64[::1])", allocates=True)
-def _tree(state, curves, byte_probs, cum, b, work, probs):
+@kernel(f"void({_STATE}, {_CURVES}, float64[::1], float64[:, ::1], int64, {_WORK}, float64[::1])", allocates=True)
+def _tree(state, curves, byte_probs, cums, b, work, probs):
     """Stream ``b``'s distribution ``probs [256]``: the tree of refined splits over
-    ``byte_probs [256]`` (version 2's; ``cum [257]`` its running sums), a node under
+    ``byte_probs [256]`` (version 2's; ``cums [2, 257]`` its running sums and the model's), a node under
     ``P``'s mass ``2**-THRESHOLD_BITS``, or split by ``P`` beyond the units of 2**-12,
     keeping ``P``'s split."""
     mass = np.zeros(512)  # the tree's probability of each node (the leaves from 256); -1: below a kept node
@@ -257,7 +259,7 @@ def _tree(state, curves, byte_probs, cum, b, work, probs):
         depth = _DEPTHS[c0]
         width = 1 << (8 - depth)
         low = (c0 - (1 << depth)) * width
-        total, one = cum[low + width] - cum[low], cum[low + width] - cum[low + width // 2]
+        total, one = cums[0, low + width] - cums[0, low], cums[0, low + width] - cums[0, low + width // 2]
         if total < threshold:
             scale = mass[c0] / total
             for s in range(low, low + width):
@@ -267,7 +269,7 @@ def _tree(state, curves, byte_probs, cum, b, work, probs):
             mass[2 * c0 + 1] = mass[c0] * (one / total)
             mass[2 * c0] = mass[c0] * ((total - one) / total)
         else:
-            p = _node(state, curves, b, c0, cum, work)
+            p = _node(state, curves, b, c0, cums, work)
             mass[2 * c0 + 1] = mass[c0] * (p / 4096.0)
             mass[2 * c0] = mass[c0] * ((4096 - p) / 4096.0)
     for s in range(256):
@@ -275,24 +277,25 @@ def _tree(state, curves, byte_probs, cum, b, work, probs):
             probs[s] = mass[256 + s]
 
 
-_ARRAYS = "float64[:, ::1], float64[:, ::1], float64[:, ::1]"  # version 2's distribution, its running sums, probs
+_ARRAYS = "float64[:, ::1], float64[:, :, ::1], float64[:, ::1]"  # version 2's distribution, the running sums, probs
 
 
 @kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, {_ARRAYS}, {_WORK})", allocates=True)
 def _mix(state, curves, history, word, text, byte_probs, cums, probs, work):
     """Every stream's distribution ``probs [B, 256]`` (:func:`_tree`) from version 2's
-    ``byte_probs [B, 256]``; leaves in ``cums [B, 257]`` their running sums, and each
-    stream's contexts and previous byte in ``state``, for :func:`_learn`."""
+    ``byte_probs [B, 256]`` and the model's running sums ``cums [B, 1]``; leaves in
+    ``cums [B, 0]`` version 2's, and each stream's contexts and previous byte in ``state``,
+    for :func:`_learn`."""
     contexts, previous = state[3], state[4]
     for b in range(byte_probs.shape[0]):
         _hash_contexts(history, word, b, contexts, text)
         previous[b] = np.int64(history[b, 0])
-        _running_sums(byte_probs[b], cums[b])
+        _running_sums(byte_probs[b], cums[b, 0])
         work[2][:] = False
         _tree(state, curves, byte_probs[b], cums[b], b, work, probs[b])
 
 
-@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], {_TEXT}, float64[:, ::1], int64[::1], {_WORK})")
+@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], {_TEXT}, float64[:, :, ::1], int64[::1], {_WORK})")
 def _learn(state, curves, history, text, cums, coded, work):
     """Every node on the path of each of the first ``k`` streams' bytes ``coded [k]``
     learns, stream after stream: both mixers' weight sets and the final one, the APMs'
@@ -302,7 +305,7 @@ def _learn(state, curves, history, text, cums, coded, work):
     squash, (_, _, t, indirect, lines) = curves[1], text
     x, slots, _, sums = work
     for b in range(len(coded)):
-        cum = cums[b]  # version 2's running sums, as mix left them
+        cum = cums[b]  # version 2's running sums and the model's, as mix left them
         work[2][:] = False
         c0 = 1
         for depth in range(8):
@@ -339,7 +342,7 @@ class BitMixer(MatchMixer):
     :meth:`mix`, then :meth:`update`. Besides version 2's state: :attr:`bits`, the context
     models of bits (``[CONTEXTS, 2**SLOT_BITS, 16]`` int32: each probability and count),
     the mixers' weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s
-    indirect bytes and lines' starts; the running sums of version 2's distribution of the position."""
+    indirect bytes and lines' starts; the running sums of the position's distributions, version 2's and the model's."""
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
@@ -353,7 +356,8 @@ class BitMixer(MatchMixer):
         self.indirect, self.lines = np.zeros(_INDIRECT, np.int64), np.zeros((streams, 2), np.int64)
         self.lines[:, 1] = -1  # no line before the first
         self._curves = (_stretch().astype(np.int16), _squash_table().astype(np.int16))
-        self._cums = np.zeros((streams, 257), np.float64)  # version 2's running sums of the position
+        self._cums = np.zeros((streams, 2, 257), np.float64)  # the position's running sums: version 2's, the model's
+        self._exp = mixing._exp_table()
         self._work = _work()
 
     @property
@@ -363,6 +367,10 @@ class BitMixer(MatchMixer):
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         byte_probs, probs = super().mix(model_log_weights), np.empty((self.streams, 256), dtype=np.float64)
+        log_weights = np.asarray(model_log_weights, dtype=np.int64)  # 1/256 nat, as version 2 reads them
+        gaps = np.minimum(log_weights.max(axis=1, keepdims=True) - log_weights, len(self._exp) - 1)
+        weights = self._exp[gaps]  # the model's own weights, integers below 2**25
+        self._cums[:, 1, 1:] = np.cumsum(weights, axis=1)  # exact: below 2**33
         _mix(self.bits, self._curves, self.history, self.word, self.text, byte_probs, self._cums, probs, self._work)
         return probs
 
