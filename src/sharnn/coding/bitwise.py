@@ -53,6 +53,7 @@ from functools import cache
 import numpy as np
 
 from ..compiled import kernel
+from ..models import exact
 from . import mixing
 from .matching import MatchMixer, _squash_points, _stretch
 
@@ -70,6 +71,7 @@ APM_RATE = 5  # an APM point moves 1/32 of the way to its target
 APM_SHARES = (1, 1, 2)  # p' = (p + a_1 + 2 a_2) / 4
 _APM_ROWS = 1 << 16  # per APM
 _MULTIPLIER = mixing._MULTIPLIER
+_MODEL_UNIT = mixing.LOG_UNIT // exact.EXP_RESOLUTION  # version 2's log-weights per step of the exp table
 _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
 _ORDERS = np.array([1, 2, 3, 4, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
 _ORDER_CONTEXTS = np.array([0, 1, 2, 3, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
@@ -236,6 +238,21 @@ def _work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64), np.zeros(17, np.bool_), np.zeros(6, np.int64)
 
 
+@kernel("void(int64[:, ::1], int64[::1], float64[:, :, ::1])")
+def _model_sums(model, exp, cums):
+    """``cums [B, 1]``: the running sums of the model's own integer weights, ``exp`` at each
+    byte's gap below its stream's largest log-weight of ``model [B, 256]`` (version 2's
+    units, :data:`_MODEL_UNIT` to the table's step of 1/256 nat)."""
+    for b in range(model.shape[0]):
+        top, total = model[b, 0], 0
+        for s in range(1, 256):
+            top = max(top, model[b, s])
+        cums[b, 1, 0] = 0.0
+        for s in range(256):
+            total += exp[min((top - model[b, s]) // _MODEL_UNIT, len(exp) - 1)]
+            cums[b, 1, s + 1] = total  # exact: below 2**33
+
+
 @kernel("void(float64[::1], float64[::1])")
 def _running_sums(probs, cum):
     """``cum [257]``: the sums of ``probs [256]`` before each byte, in order."""
@@ -367,10 +384,7 @@ class BitMixer(MatchMixer):
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         byte_probs, probs = super().mix(model_log_weights), np.empty((self.streams, 256), dtype=np.float64)
-        log_weights = np.asarray(model_log_weights, dtype=np.int64)  # 1/256 nat, as version 2 reads them
-        gaps = np.minimum(log_weights.max(axis=1, keepdims=True) - log_weights, len(self._exp) - 1)
-        weights = self._exp[gaps]  # the model's own weights, integers below 2**25
-        self._cums[:, 1, 1:] = np.cumsum(weights, axis=1)  # exact: below 2**33
+        _model_sums(self._model, self._exp, self._cums)
         _mix(self.bits, self._curves, self.history, self.word, self.text, byte_probs, self._cums, probs, self._work)
         return probs
 
