@@ -53,7 +53,6 @@ from functools import cache
 import numpy as np
 
 from ..compiled import kernel
-from ..models import exact
 from . import mixing
 from .matching import MatchMixer, _squash_points, _stretch
 
@@ -71,7 +70,6 @@ APM_RATE = 5  # an APM point moves 1/32 of the way to its target
 APM_SHARES = (1, 1, 2)  # p' = (p + a_1 + 2 a_2) / 4
 _APM_ROWS = 1 << 16  # per APM
 _MULTIPLIER = mixing._MULTIPLIER
-_MODEL_UNIT = mixing.LOG_UNIT // exact.EXP_RESOLUTION  # version 2's log-weights per step of the exp table
 _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
 _ORDERS = np.array([1, 2, 3, 4, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
 _ORDER_CONTEXTS = np.array([0, 1, 2, 3, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
@@ -238,19 +236,19 @@ def _work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64), np.zeros(17, np.bool_), np.zeros(6, np.int64)
 
 
-@kernel("void(int64[:, ::1], int64[::1], float64[:, :, ::1])")
+@kernel("void(int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
 def _model_sums(model, exp, cums):
-    """``cums [B, 1]``: the running sums of the model's own integer weights, ``exp`` at each
-    byte's gap below its stream's largest log-weight of ``model [B, 256]`` (version 2's
-    units, :data:`_MODEL_UNIT` to the table's step of 1/256 nat)."""
+    """``cums [B, 1]``: the running sums of the model's own integer weights, those of
+    :func:`sharnn.coding.mixing._exp_weights` for ``model [B, 256]`` (version 2's
+    log-weights, 2**-10 nat) as a mixer's logits at weight 1."""
+    weights = np.empty(256, np.int64)
     for b in range(model.shape[0]):
-        top, total = model[b, 0], 0
-        for s in range(1, 256):
-            top = max(top, model[b, s])
+        for s in range(256):
+            weights[s] = model[b, s] * mixing.WEIGHT_UNIT
+        mixing._exp_weights(weights, exp, weights)
         cums[b, 1, 0] = 0.0
         for s in range(256):
-            total += exp[min((top - model[b, s]) // _MODEL_UNIT, len(exp) - 1)]
-            cums[b, 1, s + 1] = total  # exact: below 2**33
+            cums[b, 1, s + 1] = cums[b, 1, s] + weights[s]  # exact: integers below 2**33
 
 
 @kernel("void(float64[::1], float64[::1])")
@@ -374,7 +372,6 @@ class BitMixer(MatchMixer):
         self.lines[:, 1] = -1  # no line before the first
         self._curves = (_stretch().astype(np.int16), _squash_table().astype(np.int16))
         self._cums = np.zeros((streams, 2, 257), np.float64)  # the position's running sums: version 2's, the model's
-        self._exp = mixing._exp_table()
         self._work = _work()
 
     @property
@@ -384,7 +381,7 @@ class BitMixer(MatchMixer):
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         byte_probs, probs = super().mix(model_log_weights), np.empty((self.streams, 256), dtype=np.float64)
-        _model_sums(self._model, self._exp, self._cums)
+        _model_sums(self._model, self._logs[2], self._cums)
         _mix(self.bits, self._curves, self.history, self.word, self.text, byte_probs, self._cums, probs, self._work)
         return probs
 
