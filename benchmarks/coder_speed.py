@@ -254,6 +254,9 @@ def run(args) -> dict:
     return result
 
 
+REFERENCES = {"paq8px -8": "x_paq8px", "sharnn --mixing 2": "x_mixing_2"}  # rows each row's speed is divided by
+
+
 def is_baseline(compressor: str) -> bool:
     """Whether a row is the baseline's (``sharnn 0.4.0``), not this checkout's or one of its modes."""
     return compressor.startswith("sharnn ") and compressor not in MODES
@@ -280,8 +283,8 @@ def rows(result: dict) -> list[dict]:
         others = {r["compressor"]: r for r in out if r["file"] == row["file"]}
         if "PPMd" in others:
             row["vs_ppmd"] = 100 * (row["bytes"] / others["PPMd"]["bytes"] - 1)
-        for reference in (k for k in others if is_baseline(k) or k in ("paq8px -8", "sharnn --mixing 2")):
-            key = "x_baseline" if is_baseline(reference) else {"paq8px -8": "x_paq8px"}.get(reference, "x_mixing_2")
+        for reference in (k for k in others if is_baseline(k) or k in REFERENCES):
+            key = "x_baseline" if is_baseline(reference) else REFERENCES[reference]
             row[key] = min(row[f"{w}_kb_s"] / others[reference][f"{w}_kb_s"] for w in ("compress", "decompress"))
     return out
 
