@@ -13,6 +13,8 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -104,8 +106,7 @@ def _import_torch() -> None:
     if "torch" in sys.modules:
         return
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    gc.disable()
-    try:
+    with _collector_off_then_frozen():
         if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
             import torch
 
@@ -116,6 +117,14 @@ def _import_torch() -> None:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+@contextmanager
+def _collector_off_then_frozen() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside; what was made is frozen after (``gc.freeze``)."""
+    gc.disable()
+    try:
+        yield
     finally:
         gc.freeze()
         gc.enable()
