@@ -172,8 +172,8 @@ def test_header_records_streams_crcs_and_the_model(model):
     assert header.environment["device"] == "cpu" and header.environment["threads"] == torch.get_num_threads()
 
 
-def test_default_streams_are_one_per_8_kib_up_to_32_and_online_has_its_own():
-    assert [default_streams(n) for n in (0, 1, 8192, 8193, 100_000, 32 * 8192, 10**9)] == [1, 1, 1, 2, 13, 32, 32]
+def test_default_streams_are_one_per_8_kib_up_to_4_and_online_has_its_own():
+    assert [default_streams(n) for n in (0, 1, 8192, 8193, 3 * 8192 + 1, 100_000, 10**9)] == [1, 1, 1, 2, 4, 4, 4]
     assert default_streams(10**9, online=True) == default_streams(1, online=True) == online_mode.ONLINE_STREAMS
 
 

@@ -86,14 +86,14 @@ _FAMILY = constriction.stream.model.Categorical(perfect=False)
 
 
 # Default streams in model mode: one per BYTES_PER_STREAM bytes of input, at most
-# MAX_DEFAULT_STREAMS. Each stream costs a cold start and its CRC32 in the header, about
-# 15 bytes with the tiny model (0.7% of what 8 KiB of text codes to); past 32 streams a
-# position costs nearly as much per stream as it saves (docs/compression.md, "Streams
-# and threads").
+# MAX_DEFAULT_STREAMS. Each stream costs a cold start, and the streams' contexts lose the
+# text just before them: with mixing 3 and the shipped model, lcet10 took 1.4909 bits per
+# byte with 4 streams, 1.4985 with 8 and 1.5137 with 32, at about the same speed, and
+# fewer than 4 are slower (docs/compression.md, "Streams and threads").
 BYTES_PER_STREAM = 8192
 
 
-MAX_DEFAULT_STREAMS = 32
+MAX_DEFAULT_STREAMS = 4
 
 
 def default_streams(length: int, online: bool = False) -> int:
