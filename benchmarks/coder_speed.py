@@ -24,6 +24,8 @@ everywhere.
 - ``paq8px -8`` (``--paq8px PATH``: built from its source, never shipped), ``xz -9e``,
   ``bzip2 -9``, ``zstd -19`` and ``PPMd`` (order 8, 16 MiB, ``pyppmd``).
 
+Besides, ``enwik8-head-test`` and ``wikitext2-test``: the test texts of the bundled corpora.
+
 The table gives each compressor's size beside PPMd's (``vs PPMd``, percent larger: the
 target of issue 41 is at most +1% for ``sharnn``), and without ``--baseline`` no baseline
 columns.
@@ -54,6 +56,7 @@ import time
 from pathlib import Path
 
 from common import environment, median, missing_extra, print_table, write_json
+from compressors import WIKITEXT, read_file
 
 try:
     import pyppmd
@@ -66,6 +69,7 @@ CANTERBURY = ROOT / "benchmarks" / "data" / "canterbury"
 OTHER = ROOT / "benchmarks" / "data" / "other"
 FILES = ("small", "alice29", "asyoulik", "lcet10", "plrabn12")  # the default: the speed targets' files
 OTHER_FILES = {"json": "span1024-results.json", "log": "pytest.log", "binary": "matching-mix.o"}  # name: file
+WIKIPEDIA = ("enwik8-head-test", "wikitext2-test")  # the bundled corpora's test texts (compressors.read_file)
 SMALL_BYTES = 10_000
 MODES = {  # compress's arguments
     "sharnn --mixing 2": {"mixing": 2},
@@ -129,6 +133,8 @@ def file_name(name: str) -> str:
 def read(name: str) -> bytes:
     if name == "small":
         return (CANTERBURY / "alice29.txt").read_bytes()[:SMALL_BYTES]
+    if name in WIKIPEDIA:
+        return read_file(name, WIKITEXT)
     return (OTHER if name in OTHER_FILES else CANTERBURY).joinpath(file_name(name)).read_bytes()
 
 
@@ -314,7 +320,7 @@ def report(result: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", nargs="+", choices=(*FILES, *OTHER_FILES), default=list(FILES))
+    parser.add_argument("--files", nargs="+", choices=(*FILES, *OTHER_FILES, *WIKIPEDIA), default=list(FILES))
     parser.add_argument("--baseline", default=None, help="a checkout of an earlier sharnn to measure beside")
     parser.add_argument("--baseline-name", default="0.4.0", help="its name in the table [%(default)s]")
     parser.add_argument("--paq8px", default=shutil.which("paq8px"), help="the paq8px binary [on PATH]")
