@@ -94,8 +94,36 @@ def test_the_lines_and_the_indirect_bytes_follow_the_text():
     assert mixer.indirect[ord("\n") + 1] == (ord("c") << 8) | ord("e")  # indexed by the byte + 1
 
 
+def test_each_weight_set_counts_what_it_learned():
+    """One byte learned: mixer A's set of each node on its path, and mixer B's of each of its
+    bit places after the previous byte, have learned once, no other set."""
+    mixer, byte = BitMixer(1), ord("e")
+    mixer.mix(np.zeros((1, 256), np.int64))
+    mixer.update(np.array([byte]))
+    counts = mixer.bits[1][:, bitwise.INPUTS]
+    path = [(byte | 256) >> (8 - depth) for depth in range(8)]  # c0 of each node: 1, then the bits with a leading 1
+    previous = int(mixer.history[0, 1])  # the byte before, + 1 (the start byte's)
+    learned = path + [256 + previous * 8 + depth for depth in range(8)]
+    assert sorted(np.flatnonzero(counts).tolist()) == sorted(learned) and (counts[learned] == 1).all()
+
+
+def test_a_new_weight_set_learns_faster_than_a_settled_one():
+    """The same first byte moves the root's weights of a new set ``(lr + boost) / lr`` times
+    as far as those of a set that has learned ``2**20`` times (up to integer rounding)."""
+    moves = []
+    for count in (0, 1 << 20):
+        mixer = BitMixer(1)
+        mixer.bits[1][:, bitwise.INPUTS] = count
+        before = mixer.bits[1][1, : bitwise.INPUTS].copy()  # mixer A's set of the root (c0 = 1)
+        mixer.mix(np.zeros((1, 256), np.int64))
+        mixer.update(np.array([ord("e")]))
+        moves.append(np.abs(mixer.bits[1][1, : bitwise.INPUTS] - before).sum())
+    expected = (bitwise.LEARNING_RATE + bitwise.BOOST) / bitwise.LEARNING_RATE
+    assert moves[1] > 0 and 0.9 * expected < moves[0] / moves[1] < 1.1 * expected, moves
+
+
 def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
     assert mixer_digest(BitMixer(3), _grid(300, 3), random_log_weights(300, 3)) == DIGEST
 
 
-DIGEST = "6afbf6e68bd743d07782418a093ebbc31d9149a4d3262af639ba163f6829e0c0"  # AMD EPYC (AVX-512), numba 0.68
+DIGEST = "94ddf52e637ba6aadc6395208b315012bceba8a002b22bbf65e2fdcf31bfefdb"  # AMD EPYC (AVX-512), numba 0.68

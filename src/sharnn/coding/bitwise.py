@@ -6,7 +6,7 @@ A byte is the path of 8 binary decisions from the root of a tree, each node name
 bits decided so far with a leading 1 (``c0``, 1 to 255). At each node version 2's
 distribution ``P`` gives the probability that the next bit is 1, and 21 context models of
 bits give theirs; two logistic mixers weigh them in the stretched domain, a third mixes
-the two, and two APMs refine the result::
+the two, and three APMs refine the result::
 
     st(p) = ln(p / (1 - p)),  squash(x) = 1 / (1 + exp(-x))
     x_0 = st(P(bit = 1 | c0))                 version 2's, from the sums of P over the node's halves
@@ -15,12 +15,14 @@ the two, and two APMs refine the result::
     x_44 = st(Q(bit = 1 | c0))                the model's own split, Q its distribution alone
     s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,bit,i} x_i
     p = squash(f_{c0,A} s_A + f_{c0,B} s_B)
-    p' = (p + APM1_{prev,c0}(p) + 2 APM2_{hash(last 2 bytes),c0}(p)) / 4
-    a_i += lr (y - squash(s_A)) x_i, b_i likewise;  f_m += lr_f (y - p) s_m
+    p' = (APM1_{prev,c0}(p) + APM2_{hash(last 2 bytes),c0}(p) + 2 APM3_{hash(last 4 bytes),c0}(p)) / 4
+    a_i += r(n_A) (y - squash(s_A)) x_i, b_i likewise;  f_m += lr_f (y - p) s_m
+    r(n) = lr + boost h / (n + h)             n: how often the weight set has learned
     p_i += (y - p_i) / (n_i + 2)
 
 ``p_i`` is the probability held for context ``i`` and node ``c0``, ``n_i`` how often it has
-been updated (at most :data:`COUNT_LIMIT`). The contexts: the last 1, 2, 3, 4, 6, 8, 12
+been updated (at most :data:`COUNT_LIMIT`). A weight set learns fast while it is new and
+settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The contexts: the last 1, 2, 3, 4, 6, 8, 12
 and 16 bytes; the word; the word and the previous byte; the bytes 2 and 3 back; 3 and 4
 back; the word and the previous word; the previous word and the byte; the word and the
 one before the previous; the last three words; the byte above (the same column of the
@@ -63,12 +65,15 @@ COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
 INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, st(p_i) and p_i - 1/2 of each context, the model's split
 _FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place), the final's
 SETS = _FINAL + 256
-LEARNING_RATE = 3  # w_i += (x_i (4096 y - 4096 p) 3) >> 14, in the units above
+LEARNING_RATE = 32  # in 1/16: w_i += (x_i (((4096 y - 4096 p) r) >> 4)) >> 14, r = 32 + BOOST HALF // (n + HALF)
+BOOST = 384  # in 1/16: a new weight set learns at 26 (LEARNING_RATE + BOOST), after HALF updates at 14
+HALF = 512
 FINAL_RATE = 2  # the same for the final mixer's weights
 THRESHOLD_BITS = 8  # nodes below P's mass 2**-8 are not refined
 APM_RATE = 5  # an APM point moves 1/32 of the way to its target
-APM_SHARES = (1, 1, 2)  # p' = (p + a_1 + 2 a_2) / 4
+APM_SHARES = (1, 1, 2)  # p' = (a_1 + a_2 + 2 a_3) / 4
 _APM_ROWS = 1 << 16  # per APM
+_APM_ORDERS = (2, 4)  # the hashed APMs' contexts: the last 2 bytes, the last 4 (contexts 1 and 3)
 _MULTIPLIER = mixing._MULTIPLIER
 _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
 _ORDERS = np.array([1, 2, 3, 4, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
@@ -204,8 +209,8 @@ def _node(state, curves, b, c0, cums, work):
     """Stream ``b``'s node ``c0`` (``cums [2, 257]``: the running sums of version 2's
     distribution and of the model's): into ``work``, its inputs ``x [INPUTS]``, its slots
     (:func:`_slots`) and ``sums = (mixer A's, mixer B's, p, APM row, st(p) + 2048, the
-    second APM's row)``; returns the refined probability of a 1 (2**-12). Reads the state,
-    changes nothing."""
+    second APM's row, the third's)``; returns the refined probability of a 1 (2**-12).
+    Reads the state, changes nothing."""
     tables, weights, apm, contexts, previous = state
     stretch, squash = curves
     x, slots, _, sums = work
@@ -223,17 +228,19 @@ def _node(state, curves, b, c0, cums, work):
         sums[1] += other[i] * x[i]
     sums[2] = _squash((final[0] * _clip(sums[0]) + final[1] * _clip(sums[1])) >> 16, squash)
     sums[3], sums[4] = (c0 | (previous[b] << 8)) & (_APM_ROWS - 1), stretch[sums[2]] + 2048
-    sums[5] = _APM_ROWS + np.int64(((contexts[b, 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER) >> np.uint64(48))
-    point, fraction, p = sums[4] >> 7, sums[4] & 127, APM_SHARES[0] * sums[2]
     for j in range(2):
-        row = sums[3 if j == 0 else 5]
-        p += APM_SHARES[1 + j] * ((apm[row, point] * (128 - fraction) + apm[row, point + 1] * fraction) >> 11)
+        hashed = (contexts[b, _APM_ORDERS[j] - 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER
+        sums[5 + j] = (1 + j) * _APM_ROWS + np.int64(hashed >> np.uint64(48))
+    point, fraction, p = sums[4] >> 7, sums[4] & 127, 0
+    for j in range(3):
+        row = sums[3 if j == 0 else 4 + j]
+        p += APM_SHARES[j] * ((apm[row, point] * (128 - fraction) + apm[row, point + 1] * fraction) >> 11)
     return min(max(p >> 2, 1), 4095)
 
 
 def _work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A node's scratch (:data:`_WORK`)."""
-    return np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64), np.zeros(17, np.bool_), np.zeros(6, np.int64)
+    return np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64), np.zeros(17, np.bool_), np.zeros(7, np.int64)
 
 
 @kernel("void(int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
@@ -331,11 +338,13 @@ def _learn(state, curves, history, text, cums, coded, work):
             final[0] += (_clip(sums[0]) * error) >> 14
             final[1] += (_clip(sums[1]) * error) >> 14
             for m, w in ((0, weights[c0]), (1, weights[256 + previous[b] * 8 + depth])):
-                error = ((y << 12) - _squash(sums[m] >> 16, squash)) * LEARNING_RATE
+                rate = LEARNING_RATE + BOOST * HALF // (w[INPUTS] + HALF)
+                w[INPUTS] = min(w[INPUTS] + 1, 1 << 20)
+                error = (((y << 12) - _squash(sums[m] >> 16, squash)) * rate) >> 4
                 for i in range(INPUTS):
                     w[i] += (x[i] * error) >> 14
             point, fraction, target = sums[4] >> 7, sums[4] & 127, 65535 * y
-            for row in (sums[3], sums[5]):
+            for row in (sums[3], sums[5], sums[6]):
                 apm[row, point] += ((target - apm[row, point]) * (128 - fraction)) >> (7 + APM_RATE)
                 apm[row, point + 1] += ((target - apm[row, point + 1]) * fraction) >> (7 + APM_RATE)
             half, within = _half(c0, depth)
@@ -362,10 +371,10 @@ class BitMixer(MatchMixer):
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
         tables = mixing._small_page_zeros((CONTEXTS, 2**SLOT_BITS, 16), np.int32)  # zero: p = 1/2, n = 0
-        weights = np.zeros((SETS, INPUTS), np.int64)
+        weights = np.zeros((SETS, INPUTS + 1), np.int64)  # the last column: how often the set has learned
         weights[:_FINAL, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone ...
         weights[_FINAL:, :2] = mixing.WEIGHT_UNIT // 2  # ... and the final one their mean
-        apm = np.repeat(_squash_points().astype(np.uint16)[None], 2 * _APM_ROWS, axis=0)
+        apm = np.repeat(_squash_points().astype(np.uint16)[None], 3 * _APM_ROWS, axis=0)
         contexts, previous = np.zeros((streams, CONTEXTS), np.uint64), np.zeros(streams, np.int64)
         self.bits = (tables, weights, apm, contexts, previous)
         self.indirect, self.lines = np.zeros(_INDIRECT, np.int64), np.zeros((streams, 2), np.int64)
