@@ -5,18 +5,18 @@ bit at a time by context models of bits, as lpaq and paq8 model a byte (docs/com
 A byte is the path of 8 binary decisions from the root of a tree, each node named by the
 bits decided so far with a leading 1 (``c0``, 1 to 255). At each node version 2's
 distribution ``P`` gives the probability that the next bit is 1, and 21 context models of
-bits give theirs; two logistic mixers weigh them in the stretched domain, a third mixes
-the two, and three APMs refine the result::
+bits give theirs; three logistic mixers weigh them in the stretched domain, a fourth mixes
+the three, and three APMs refine the result::
 
     st(p) = ln(p / (1 - p)),  squash(x) = 1 / (1 + exp(-x))
     x_0 = st(P(bit = 1 | c0))                 version 2's, from the sums of P over the node's halves
     x_1 = 1                                   a bias
     x_{2+i} = st(p_i), x_{23+i} = p_i - 1/2   context i's probability p_i of a 1 here
     x_44 = st(Q(bit = 1 | c0))                the model's own split, Q its distribution alone
-    s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,bit,i} x_i
-    p = squash(f_{c0,A} s_A + f_{c0,B} s_B)
+    s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,bit,i} x_i, s_C = sum_i c_{hash(last 3 bytes),i} x_i
+    p = squash(f_{c0,A} s_A + f_{c0,B} s_B + f_{c0,C} s_C)
     p' = (APM1_{prev,c0}(p) + APM2_{hash(last 2 bytes),c0}(p) + 2 APM3_{hash(last 4 bytes),c0}(p)) / 4
-    a_i += r(n_A) (y - squash(s_A)) x_i, b_i likewise;  f_m += lr_f (y - p) s_m
+    a_i += r(n_A) (y - squash(s_A)) x_i, b_i and c_i likewise;  f_m += lr_f (y - p) s_m
     r(n) = lr + boost h / (n + h)             n: how often the weight set has learned
     p_i += (y - p_i) / (n_i + 2)
 
@@ -29,7 +29,8 @@ one before the previous; the last three words; the byte above (the same column o
 previous line) with the previous byte, and with the column; the classes of the last six
 bytes (letter, capital, digit, space, line end, or the byte); the last two bytes that
 followed the previous byte, and the previous two (indirect contexts). Mixer A's weight set
-is the node, mixer B's the previous byte and the bit's place, the final mixer's the node.
+is the node, mixer B's the previous byte and the bit's place, mixer C's 16 bits of the
+hash of the last 3 bytes (one set for all 8 bits of a byte), the final mixer's the node.
 
 The coder codes bytes, so each position's distribution is the tree's: ``p(s)`` is the
 product of the 8 refined probabilities on ``s``'s path. A node that ``P`` gives less than
@@ -63,8 +64,9 @@ CONTEXTS = 21  # the context models of bits (the module's docstring names them)
 SLOT_BITS = 18  # each context model: 2**18 slots of 16 probabilities, one slot per context and half byte
 COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
 INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, st(p_i) and p_i - 1/2 of each context, the model's split
-_FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place), the final's
-SETS = _FINAL + 256
+_FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place), the final's,
+_C = _FINAL + 256  # mixer C's (16 bits of the hash of the last 3 bytes)
+SETS = _C + (1 << 16)
 LEARNING_RATE = 32  # in 1/16: w_i += (x_i (((4096 y - 4096 p) r) >> 4)) >> 14, r = 32 + BOOST HALF // (n + HALF)
 BOOST = 384  # in 1/16: a new weight set learns at 26 (LEARNING_RATE + BOOST), after HALF updates at 14
 HALF = 512
@@ -172,6 +174,12 @@ def _hash_contexts(history, word, b, contexts, text):
     contexts[b, 20] = (_mixed(word[b], np.uint64(0x7777)) ^ before) * _MULTIPLIER
 
 
+@kernel("int64(uint64[:, ::1], int64)")
+def _third(contexts, b):
+    """Mixer C's weight set for stream ``b``: 16 bits of the hash of its last 3 bytes."""
+    return _C + np.int64(contexts[b, 2] >> np.uint64(48))
+
+
 @kernel("UniTuple(int64, 2)(int64, int64)")
 def _half(c0, depth):
     """Node ``c0``'s half byte (0: the first; 1 + h: the second after first half ``h``) and
@@ -209,7 +217,7 @@ def _node(state, curves, b, c0, cums, work):
     """Stream ``b``'s node ``c0`` (``cums [2, 257]``: the running sums of version 2's
     distribution and of the model's): into ``work``, its inputs ``x [INPUTS]``, its slots
     (:func:`_slots`) and ``sums = (mixer A's, mixer B's, p, APM row, st(p) + 2048, the
-    second APM's row, the third's)``; returns the refined probability of a 1 (2**-12).
+    second APM's row, the third's, mixer C's)``; returns the refined probability of a 1 (2**-12).
     Reads the state, changes nothing."""
     tables, weights, apm, contexts, previous = state
     stretch, squash = curves
@@ -222,11 +230,14 @@ def _node(state, curves, b, c0, cums, work):
         p = ((np.int64(tables[i, slots[i, half], within]) >> 10) + (1 << 21)) >> 10
         x[2 + i], x[2 + CONTEXTS + i] = stretch[p], (p - 2048) >> 2
     a, other, final = weights[c0], weights[256 + previous[b] * 8 + depth], weights[_FINAL + c0]
-    sums[0], sums[1] = 0, 0
+    third = weights[_third(contexts, b)]
+    sums[0], sums[1], sums[7] = 0, 0, 0
     for i in range(INPUTS):
         sums[0] += a[i] * x[i]
         sums[1] += other[i] * x[i]
-    sums[2] = _squash((final[0] * _clip(sums[0]) + final[1] * _clip(sums[1])) >> 16, squash)
+        sums[7] += third[i] * x[i]
+    mixed = final[0] * _clip(sums[0]) + final[1] * _clip(sums[1]) + final[2] * _clip(sums[7])
+    sums[2] = _squash(mixed >> 16, squash)
     sums[3], sums[4] = (c0 | (previous[b] << 8)) & (_APM_ROWS - 1), stretch[sums[2]] + 2048
     for j in range(2):
         hashed = (contexts[b, _APM_ORDERS[j] - 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER
@@ -240,7 +251,7 @@ def _node(state, curves, b, c0, cums, work):
 
 def _work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A node's scratch (:data:`_WORK`)."""
-    return np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64), np.zeros(17, np.bool_), np.zeros(7, np.int64)
+    return np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64), np.zeros(17, np.bool_), np.zeros(8, np.int64)
 
 
 @kernel("void(int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
@@ -323,7 +334,7 @@ def _learn(state, curves, history, text, cums, coded, work):
     learns, stream after stream: both mixers' weight sets and the final one, the APMs'
     points, the context models' probabilities and counts; then the indirect bytes and the
     lines' starts (``text``)."""
-    tables, weights, apm, _, previous = state
+    tables, weights, apm, contexts, previous = state
     squash, (_, _, t, indirect, lines) = curves[1], text
     x, slots, _, sums = work
     for b in range(len(coded)):
@@ -337,7 +348,9 @@ def _learn(state, curves, history, text, cums, coded, work):
             error = ((y << 12) - sums[2]) * FINAL_RATE
             final[0] += (_clip(sums[0]) * error) >> 14
             final[1] += (_clip(sums[1]) * error) >> 14
-            for m, w in ((0, weights[c0]), (1, weights[256 + previous[b] * 8 + depth])):
+            final[2] += (_clip(sums[7]) * error) >> 14
+            sets = (c0, 256 + previous[b] * 8 + depth, _third(contexts, b))
+            for m, w in ((0, weights[sets[0]]), (1, weights[sets[1]]), (7, weights[sets[2]])):
                 rate = LEARNING_RATE + BOOST * HALF // (w[INPUTS] + HALF)
                 w[INPUTS] = min(w[INPUTS] + 1, 1 << 20)
                 error = (((y << 12) - _squash(sums[m] >> 16, squash)) * rate) >> 4
@@ -372,8 +385,8 @@ class BitMixer(MatchMixer):
         super().__init__(streams, positions)
         tables = mixing._small_page_zeros((CONTEXTS, 2**SLOT_BITS, 16), np.int32)  # zero: p = 1/2, n = 0
         weights = np.zeros((SETS, INPUTS + 1), np.int64)  # the last column: how often the set has learned
-        weights[:_FINAL, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone ...
-        weights[_FINAL:, :2] = mixing.WEIGHT_UNIT // 2  # ... and the final one their mean
+        weights[:, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone ...
+        weights[_FINAL:_C, :3] = mixing.WEIGHT_UNIT // 3  # ... and the final one their mean
         apm = np.repeat(_squash_points().astype(np.uint16)[None], 3 * _APM_ROWS, axis=0)
         contexts, previous = np.zeros((streams, CONTEXTS), np.uint64), np.zeros(streams, np.int64)
         self.bits = (tables, weights, apm, contexts, previous)
