@@ -4,15 +4,15 @@ bit at a time by context models of bits, as lpaq and paq8 model a byte (docs/com
 
 A byte is the path of 8 binary decisions from the root of a tree, each node named by the
 bits decided so far with a leading 1 (``c0``, 1 to 255). At each node version 2's
-distribution ``P`` gives the probability that the next bit is 1, and 21 context models of
+distribution ``P`` gives the probability that the next bit is 1, and 23 context models of
 bits give theirs; three logistic mixers weigh them in the stretched domain, a fourth mixes
 the three, and three APMs refine the result::
 
     st(p) = ln(p / (1 - p)),  squash(x) = 1 / (1 + exp(-x))
     x_0 = st(P(bit = 1 | c0))                 version 2's, from the sums of P over the node's halves
     x_1 = 1                                   a bias
-    x_{2+i} = st(p_i), x_{23+i} = p_i - 1/2   context i's probability p_i of a 1 here
-    x_44 = st(Q(bit = 1 | c0))                the model's own split, Q its distribution alone
+    x_{2+i} = st(p_i), x_{25+i} = p_i - 1/2   context i's probability p_i of a 1 here
+    x_48 = st(Q(bit = 1 | c0))                the model's own split, Q its distribution alone
     s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,bit,i} x_i, s_C = sum_i c_{hash(last 3 bytes),i} x_i
     p = squash(f_{c0,A} s_A + f_{c0,B} s_B + f_{c0,C} s_C)
     p' = (APM1_{prev,c0}(p) + APM2_{hash(last 2 bytes),c0}(p) + 2 APM3_{hash(last 4 bytes),c0}(p)) / 4
@@ -28,7 +28,8 @@ back; the word and the previous word; the previous word and the byte; the word a
 one before the previous; the last three words; the byte above (the same column of the
 previous line) with the previous byte, and with the column; the classes of the last six
 bytes (letter, capital, digit, space, line end, or the byte); the last two bytes that
-followed the previous byte, and the previous two (indirect contexts). Mixer A's weight set
+followed the previous byte, and the previous two (indirect contexts); the column (up to 63)
+with the last two bytes, and with the word. Mixer A's weight set
 is the node, mixer B's the previous byte and the bit's place, mixer C's 16 bits of the
 hash of the last 3 bytes (one set for all 8 bits of a byte), the final mixer's the node.
 
@@ -60,7 +61,7 @@ from . import mixing
 from .matching import MatchMixer, _squash_points, _stretch
 
 MIXING_VERSION = 3
-CONTEXTS = 21  # the context models of bits (the module's docstring names them)
+CONTEXTS = 23  # the context models of bits (the module's docstring names them)
 SLOT_BITS = 18  # each context model: 2**18 slots of 16 probabilities, one slot per context and half byte
 COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
 INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, st(p_i) and p_i - 1/2 of each context, the model's split
@@ -172,6 +173,11 @@ def _hash_contexts(history, word, b, contexts, text):
     contexts[b, 18] = _mixed(second * np.uint64(70000) + np.uint64(pair), np.uint64(0x5555))
     contexts[b, 19] = (_mixed(previous, np.uint64(0x6666)) + history[b, 0]) * _MULTIPLIER
     contexts[b, 20] = (_mixed(word[b], np.uint64(0x7777)) ^ before) * _MULTIPLIER
+    near = np.uint64(min(column, 63))  # the place in the line: verse, tables, indented code
+    contexts[b, 21] = _mixed(
+        (history[b, 0] << np.uint64(9)) + history[b, 1] + (near << np.uint64(20)), np.uint64(0xDEF)
+    )
+    contexts[b, 22] = _mixed((word[b] ^ near) * _MULTIPLIER, np.uint64(0xDE1))
 
 
 @kernel("int64(uint64[:, ::1], int64)")
