@@ -65,10 +65,10 @@ CONTEXTS = 23  # the context models of bits (the module's docstring names them)
 SLOT_BITS = 18  # each context model: 2**18 slots of 16 probabilities, one slot per context and half byte
 COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
 INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, st(p_i) and p_i - 1/2 of each context, the model's split
-_FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place), the final's,
+_FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place); the final's
 _C = _FINAL + 256  # mixer C's (16 bits of the hash of the last 3 bytes)
 SETS = _C + (1 << 16)
-LEARNING_RATE = 32  # in 1/16: w_i += (x_i (((4096 y - 4096 p) r) >> 4)) >> 14, r = 32 + BOOST HALF // (n + HALF)
+LEARNING_RATE = 32  # in 1/16: w_i += (x_i (((4096 y - 4096 p) r) >> 4)) >> 14, r = this + BOOST HALF // (n + HALF)
 BOOST = 384  # in 1/16: a new weight set learns at 26 (LEARNING_RATE + BOOST), after HALF updates at 14
 HALF = 512
 FINAL_RATE = 2  # the same for the final mixer's weights
@@ -337,9 +337,9 @@ def _mix(state, curves, history, word, text, byte_probs, cums, probs, work):
 @kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], {_TEXT}, float64[:, :, ::1], int64[::1], {_WORK})")
 def _learn(state, curves, history, text, cums, coded, work):
     """Every node on the path of each of the first ``k`` streams' bytes ``coded [k]``
-    learns, stream after stream: both mixers' weight sets and the final one, the APMs'
-    points, the context models' probabilities and counts; then the indirect bytes and the
-    lines' starts (``text``)."""
+    learns, stream after stream: mixers A's, B's and C's weight sets and the final one,
+    the APMs' points, the context models' probabilities and counts; then the indirect
+    bytes and the lines' starts (``text``)."""
     tables, weights, apm, contexts, previous = state
     squash, (_, _, t, indirect, lines) = curves[1], text
     x, slots, _, sums = work
