@@ -413,7 +413,7 @@ def test_a_precision_without_mixing_says_so(folder):
 def test_help_says_what_is_kept_and_what_streams_trade():
     text = " ".join(cli("compress", "--help").stdout.split())
     assert "Each FILE is kept (--rm removes it)" in text and "mode and modification time" in text
-    assert "more are faster and each costs a cold start" in text
+    assert "each costs a cold start and the text before it" in text and "fewer than 4 are slower" in text
     assert "Keep each FILE (the default" in text
     assert "FILE.shz is kept" in " ".join(cli("decompress", "--help").stdout.split())
 
