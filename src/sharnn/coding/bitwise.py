@@ -180,12 +180,6 @@ def _hash_contexts(history, word, b, contexts, text):
     contexts[b, 22] = _mixed((word[b] ^ near) * _MULTIPLIER, np.uint64(0xDE1))
 
 
-@kernel("int64(uint64[:, ::1], int64)")
-def _third(contexts, b):
-    """Mixer C's weight set for stream ``b``: 16 bits of the hash of its last 3 bytes."""
-    return _C + np.int64(contexts[b, 2] >> np.uint64(48))
-
-
 @kernel("UniTuple(int64, 2)(int64, int64)")
 def _half(c0, depth):
     """Node ``c0``'s half byte (0: the first; 1 + h: the second after first half ``h``) and
@@ -222,9 +216,9 @@ def _split(cum, c0, depth):
 def _node(state, curves, b, c0, cums, work):
     """Stream ``b``'s node ``c0`` (``cums [2, 257]``: the running sums of version 2's
     distribution and of the model's): into ``work``, its inputs ``x [INPUTS]``, its slots
-    (:func:`_slots`) and ``sums = (mixer A's, mixer B's, p, APM row, st(p) + 2048, the
-    second APM's row, the third's, mixer C's)``; returns the refined probability of a 1 (2**-12).
-    Reads the state, changes nothing."""
+    (:func:`_slots`) and ``sums [11] = (s_A, s_B, s_C, p, st(p) + 2048, the three APMs'
+    rows, mixers A's, B's and C's weight sets)``; returns the refined probability of a 1
+    (2**-12). Reads the state, changes nothing."""
     tables, weights, apm, contexts, previous = state
     stretch, squash = curves
     x, slots, _, sums = work
@@ -235,29 +229,34 @@ def _node(state, curves, b, c0, cums, work):
     for i in range(CONTEXTS):
         p = ((np.int64(tables[i, slots[i, half], within]) >> 10) + (1 << 21)) >> 10
         x[2 + i], x[2 + CONTEXTS + i] = stretch[p], (p - 2048) >> 2
-    a, other, final = weights[c0], weights[256 + previous[b] * 8 + depth], weights[_FINAL + c0]
-    third = weights[_third(contexts, b)]
-    sums[0], sums[1], sums[7] = 0, 0, 0
-    for i in range(INPUTS):
-        sums[0] += a[i] * x[i]
-        sums[1] += other[i] * x[i]
-        sums[7] += third[i] * x[i]
-    mixed = final[0] * _clip(sums[0]) + final[1] * _clip(sums[1]) + final[2] * _clip(sums[7])
-    sums[2] = _squash(mixed >> 16, squash)
-    sums[3], sums[4] = (c0 | (previous[b] << 8)) & (_APM_ROWS - 1), stretch[sums[2]] + 2048
+    sums[8], sums[9] = c0, 256 + previous[b] * 8 + depth  # mixer A's weight set, mixer B's ...
+    sums[10] = _C + np.int64(contexts[b, 2] >> np.uint64(48))  # ... and C's: the last 3 bytes' hash
+    final, mixed = weights[_FINAL + c0], 0
+    for m in range(3):
+        w, sums[m] = weights[sums[8 + m]], 0
+        for i in range(INPUTS):
+            sums[m] += w[i] * x[i]
+        mixed += final[m] * _clip(sums[m])
+    sums[3] = _squash(mixed >> 16, squash)
+    sums[4], sums[5] = stretch[sums[3]] + 2048, (c0 | (previous[b] << 8)) & (_APM_ROWS - 1)
     for j in range(2):
         hashed = (contexts[b, _APM_ORDERS[j] - 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER
-        sums[5 + j] = (1 + j) * _APM_ROWS + np.int64(hashed >> np.uint64(48))
+        sums[6 + j] = (1 + j) * _APM_ROWS + np.int64(hashed >> np.uint64(48))
     point, fraction, p = sums[4] >> 7, sums[4] & 127, 0
     for j in range(3):
-        row = sums[3 if j == 0 else 4 + j]
+        row = sums[5 + j]
         p += APM_SHARES[j] * ((apm[row, point] * (128 - fraction) + apm[row, point + 1] * fraction) >> 11)
     return min(max(p >> 2, 1), 4095)
 
 
 def _work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A node's scratch (:data:`_WORK`)."""
-    return np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64), np.zeros(17, np.bool_), np.zeros(8, np.int64)
+    return (
+        np.zeros(INPUTS, np.int64),
+        np.zeros((CONTEXTS, 17), np.int64),
+        np.zeros(17, np.bool_),
+        np.zeros(11, np.int64),
+    )
 
 
 @kernel("void(int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
@@ -340,7 +339,7 @@ def _learn(state, curves, history, text, cums, coded, work):
     learns, stream after stream: mixers A's, B's and C's weight sets and the final one,
     the APMs' points, the context models' probabilities and counts; then the indirect
     bytes and the lines' starts (``text``)."""
-    tables, weights, apm, contexts, previous = state
+    tables, weights, apm, _, previous = state
     squash, (_, _, t, indirect, lines) = curves[1], text
     x, slots, _, sums = work
     for b in range(len(coded)):
@@ -351,19 +350,19 @@ def _learn(state, curves, history, text, cums, coded, work):
             y = (coded[b] >> (7 - depth)) & 1
             _node(state, curves, b, c0, cum, work)
             final = weights[_FINAL + c0]
-            error = ((y << 12) - sums[2]) * FINAL_RATE
-            final[0] += (_clip(sums[0]) * error) >> 14
-            final[1] += (_clip(sums[1]) * error) >> 14
-            final[2] += (_clip(sums[7]) * error) >> 14
-            sets = (c0, 256 + previous[b] * 8 + depth, _third(contexts, b))
-            for m, w in ((0, weights[sets[0]]), (1, weights[sets[1]]), (7, weights[sets[2]])):
+            error = ((y << 12) - sums[3]) * FINAL_RATE
+            for m in range(3):
+                final[m] += (_clip(sums[m]) * error) >> 14
+            for m in range(3):
+                w = weights[sums[8 + m]]
                 rate = LEARNING_RATE + BOOST * HALF // (w[INPUTS] + HALF)
                 w[INPUTS] = min(w[INPUTS] + 1, 1 << 20)
                 error = (((y << 12) - _squash(sums[m] >> 16, squash)) * rate) >> 4
                 for i in range(INPUTS):
                     w[i] += (x[i] * error) >> 14
             point, fraction, target = sums[4] >> 7, sums[4] & 127, 65535 * y
-            for row in (sums[3], sums[5], sums[6]):
+            for j in range(3):
+                row = sums[5 + j]
                 apm[row, point] += ((target - apm[row, point]) * (128 - fraction)) >> (7 + APM_RATE)
                 apm[row, point + 1] += ((target - apm[row, point + 1]) * fraction) >> (7 + APM_RATE)
             half, within = _half(c0, depth)
