@@ -122,3 +122,28 @@ def test_only_a_kernel_that_says_it_allocates_may_allocate(monkeypatch):
 def test_a_kernel_without_signatures_is_refused():
     with pytest.raises(ValueError, match="declares the signatures"):
         compiled.kernel()(lambda x: x)
+
+
+def test_prefetch_asks_for_lines_of_any_array_and_changes_no_number(monkeypatch):
+    """``compiled.prefetch`` compiles for arrays of any element type and any flat index
+    within them (what mixing 3 asks for: int32 context rows, uint16 APM rows), and the
+    kernel's result is what it is without it; an array that is not C-contiguous is refused
+    when the kernel compiles."""
+    monkeypatch.setattr(compiled, "KERNELS", [])  # these stay out of the registry
+
+    def gathered(values, rows):
+        for k in range(len(rows)):
+            compiled.prefetch(values, rows[k] * values.shape[1])
+        total = 0
+        for k in range(len(rows)):
+            total += values[rows[k], 0] * (k + 1)
+        return total
+
+    rows = np.array([5, 0, 9, 3, 9], dtype=np.int64)
+    for dtype in (np.int32, np.uint16, np.float64):
+        values = np.arange(10 * 16, dtype=dtype).reshape(10, 16)
+        signature = f"int64({numba.from_dtype(dtype)}[:, ::1], int64[::1])"
+        kernel = compiled.kernel(signature)(gathered)
+        assert kernel(values, rows) == sum(int(values[r, 0]) * (k + 1) for k, r in enumerate(rows))
+    with pytest.raises(numba.core.errors.TypingError, match="C-contiguous"):
+        compiled.kernel("int64(int32[:, :], int64[::1])")(gathered).compile("int64(int32[:, :], int64[::1])")

@@ -27,6 +27,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numba
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
 
 KERNELS: list = []  # every kernel, for ensure_compiled and the rules' test
 PARALLEL_KERNELS: list = []  # the kernels compiled with parallel=True
@@ -59,6 +64,32 @@ def kernel(*signatures: str, parallel: bool = False, allocates: bool = False) ->
         return dispatcher
 
     return wrap
+
+
+@intrinsic
+def prefetch(typingctx, array, index):
+    """``prefetch(array, k)`` in a kernel: ask the memory for the cache line of the ``k``-th
+    element of the C-contiguous ``array`` (flat index), without waiting for it. A hint
+    (x86 ``prefetcht0``; nothing where a CPU has none): it changes no number, and a read
+    that follows finds the line sooner when the kernel reads many places at random.
+
+    Raises:
+        TypingError: at compile time, for anything but a C-contiguous array and an integer.
+    """
+    if not (isinstance(array, types.Array) and array.layout == "C" and isinstance(index, types.Integer)):
+        raise TypingError("prefetch takes a C-contiguous array and a flat index")
+
+    def codegen(context, builder, signature, args):
+        element = builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
+        address = builder.bitcast(element, ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [address.type, i32, i32, i32]), "llvm.prefetch.p0"
+        )
+        builder.call(function, [address, i32(0), i32(3), i32(1)])  # a read, kept in every cache level, data
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
 
 
 def ensure_compiled(say: Callable[[str], None] | None = None) -> float:

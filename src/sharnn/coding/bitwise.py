@@ -56,7 +56,7 @@ from functools import cache
 
 import numpy as np
 
-from ..compiled import kernel
+from ..compiled import kernel, prefetch
 from . import mixing
 from .matching import MatchMixer, _squash_points, _stretch
 
@@ -198,9 +198,15 @@ def _slots(contexts, b, c0, depth, work):
     if known[half]:
         return
     for i in range(CONTEXTS):
-        value = (contexts[b, i] + np.uint64(half) * _SLOT_MULTIPLIER) * _MULTIPLIER
-        slots[i, half] = np.int64((value ^ (value >> np.uint64(29))) >> np.uint64(64 - SLOT_BITS))
+        slots[i, half] = _slot(contexts[b, i], half)
     known[half] = True
+
+
+@kernel("int64(uint64, int64)")
+def _slot(context, half):
+    """The slot (0 .. 2**SLOT_BITS - 1) of a context's hash ``context`` for half byte ``half`` (:func:`_half`)."""
+    value = (context + np.uint64(half) * _SLOT_MULTIPLIER) * _MULTIPLIER
+    return np.int64((value ^ (value >> np.uint64(29))) >> np.uint64(64 - SLOT_BITS))
 
 
 @kernel("int64(float64[::1], int64, int64)")
@@ -240,8 +246,7 @@ def _node(state, curves, b, c0, cums, work):
     sums[3] = _squash(mixed >> 16, squash)
     sums[4], sums[5] = stretch[sums[3]] + 2048, (c0 | (previous[b] << 8)) & (_APM_ROWS - 1)
     for j in range(2):
-        hashed = (contexts[b, _APM_ORDERS[j] - 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER
-        sums[6 + j] = (1 + j) * _APM_ROWS + np.int64(hashed >> np.uint64(48))
+        sums[6 + j] = _apm_row(contexts, b, c0, j)
     point, fraction, p = sums[4] >> 7, sums[4] & 127, 0
     for j in range(3):
         row = sums[5 + j]
@@ -282,37 +287,93 @@ def _running_sums(probs, cum):
         cum[s + 1] = cum[s] + probs[s]
 
 
-@kernel(f"void({_STATE}, {_CURVES}, float64[::1], float64[:, ::1], int64, {_WORK}, float64[::1])", allocates=True)
-def _tree(state, curves, byte_probs, cums, b, work, probs):
-    """Stream ``b``'s distribution ``probs [256]``: the tree of refined splits over
-    ``byte_probs [256]`` (version 2's; ``cums [2, 257]`` its running sums and the model's), a node under
-    ``P``'s mass ``2**-THRESHOLD_BITS``, or split by ``P`` beyond the units of 2**-12,
-    keeping ``P``'s split."""
-    mass = np.zeros(512)  # the tree's probability of each node (the leaves from 256); -1: below a kept node
-    mass[1], threshold = 1.0, 2.0**-THRESHOLD_BITS
+@kernel(f"void({_STATE}, int64, int64, int64, boolean)")
+def _fetch(state, b, c0, depth, rows):
+    """Ask the memory early for what stream ``b``'s node ``c0`` will read at random: its
+    rows of the hashed APMs and, with ``rows``, its half byte's rows of the context models.
+    A hint to the CPU (:func:`~sharnn.compiled.prefetch`): no number changes."""
+    tables, _, apm, contexts, _ = state
+    if rows:
+        half = _half(c0, depth)[0]
+        for i in range(CONTEXTS):
+            prefetch(tables, (i * tables.shape[1] + _slot(contexts[b, i], half)) * tables.shape[2])
+    for j in range(2):
+        row = _apm_row(contexts, b, c0, j)
+        prefetch(apm, row * apm.shape[1])
+        prefetch(apm, row * apm.shape[1] + apm.shape[1] - 1)
+
+
+@kernel("int64(uint64[:, ::1], int64, int64, int64)")
+def _apm_row(contexts, b, c0, j):
+    """Stream ``b``'s row of hashed APM ``j`` (0: by the last 2 bytes, 1: by the last 4) at node ``c0``."""
+    hashed = (contexts[b, _APM_ORDERS[j] - 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER
+    return (1 + j) * _APM_ROWS + np.int64(hashed >> np.uint64(48))
+
+
+_UNDER, _KEPT, _SPLIT, _REFINED, _OPEN = 0, 1, 2, 3, 4  # what _plan makes of each node (_OPEN: not yet)
+
+
+@kernel(f"void({_STATE}, float64[::1], int64, int8[::1])")
+def _plan(state, cum, b, kinds):
+    """Which of stream ``b``'s nodes its tree refines, from version 2's running sums ``cum
+    [257]`` alone, into ``kinds [256]``: :data:`_UNDER` a kept node, :data:`_KEPT` (under
+    ``P``'s mass ``2**-THRESHOLD_BITS``: its bytes keep ``P``'s proportions), :data:`_SPLIT`
+    (``P`` surer than the units of 2**-12 can say: ``P``'s split), or :data:`_REFINED`; the
+    rows that the refined nodes read are asked for at once (:func:`_fetch`)."""
+    fetched, threshold = 0, 2.0**-THRESHOLD_BITS  # the half bytes whose rows are asked for (a bit each)
+    kinds[:] = _OPEN
     for c0 in range(1, 256):  # parents before children
-        if mass[c0] < 0:
-            mass[2 * c0], mass[2 * c0 + 1] = -1.0, -1.0
+        if kinds[c0] == _UNDER:
+            if c0 < 128:
+                kinds[2 * c0] = kinds[2 * c0 + 1] = _UNDER
+            continue
+        depth = _DEPTHS[c0]
+        width = 1 << (8 - depth)
+        low = (c0 - (1 << depth)) * width
+        total, one = cum[low + width] - cum[low], cum[low + width] - cum[low + width // 2]
+        if total < threshold:
+            kinds[c0] = _KEPT
+            if c0 < 128:
+                kinds[2 * c0] = kinds[2 * c0 + 1] = _UNDER
+        elif one * 4096 < total or one * 4096 > total * 4095:
+            kinds[c0] = _SPLIT
+        else:
+            kinds[c0] = _REFINED
+            half = _half(c0, depth)[0]
+            _fetch(state, b, c0, depth, not (fetched >> half) & 1)
+            fetched |= 1 << half
+
+
+@kernel(
+    f"void({_STATE}, {_CURVES}, float64[::1], float64[:, ::1], int64, int8[::1], {_WORK}, float64[::1])", allocates=True
+)
+def _tree(state, curves, byte_probs, cums, b, kinds, work, probs):
+    """Stream ``b``'s distribution ``probs [256]``: the tree of refined splits over
+    ``byte_probs [256]`` (version 2's; ``cums [2, 257]`` its running sums and the model's)
+    where ``kinds [256]`` (:func:`_plan`) says, ``P``'s splits elsewhere."""
+    mass = np.zeros(512)  # the tree's probability of each node (the leaves from 256)
+    mass[1] = 1.0
+    for c0 in range(1, 256):
+        if kinds[c0] == _UNDER:
             continue
         depth = _DEPTHS[c0]
         width = 1 << (8 - depth)
         low = (c0 - (1 << depth)) * width
         total, one = cums[0, low + width] - cums[0, low], cums[0, low + width] - cums[0, low + width // 2]
-        if total < threshold:
+        if kinds[c0] == _KEPT:
             scale = mass[c0] / total
             for s in range(low, low + width):
                 probs[s] = byte_probs[s] * scale
-            mass[2 * c0], mass[2 * c0 + 1] = -1.0, -1.0
-        elif one * 4096 < total or one * 4096 > total * 4095:  # P surer than the units of 2**-12 can say
+            continue
+        if kinds[c0] == _SPLIT:
             mass[2 * c0 + 1] = mass[c0] * (one / total)
             mass[2 * c0] = mass[c0] * ((total - one) / total)
         else:
             p = _node(state, curves, b, c0, cums, work)
             mass[2 * c0 + 1] = mass[c0] * (p / 4096.0)
             mass[2 * c0] = mass[c0] * ((4096 - p) / 4096.0)
-    for s in range(256):
-        if mass[256 + s] >= 0:
-            probs[s] = mass[256 + s]
+        if c0 >= 128:
+            probs[2 * c0 - 256], probs[2 * c0 + 1 - 256] = mass[2 * c0], mass[2 * c0 + 1]
 
 
 _ARRAYS = "float64[:, ::1], float64[:, :, ::1], float64[:, ::1]"  # version 2's distribution, the running sums, probs
@@ -325,12 +386,15 @@ def _mix(state, curves, history, word, text, byte_probs, cums, probs, work):
     ``cums [B, 0]`` version 2's, and each stream's contexts and previous byte in ``state``,
     for :func:`_learn`."""
     contexts, previous = state[3], state[4]
-    for b in range(byte_probs.shape[0]):
+    kinds = np.empty((byte_probs.shape[0], 256), np.int8)
+    for b in range(byte_probs.shape[0]):  # every stream's rows asked for before any is read
         _hash_contexts(history, word, b, contexts, text)
         previous[b] = np.int64(history[b, 0])
         _running_sums(byte_probs[b], cums[b, 0])
+        _plan(state, cums[b, 0], b, kinds[b])
+    for b in range(byte_probs.shape[0]):
         work[2][:] = False
-        _tree(state, curves, byte_probs[b], cums[b], b, work, probs[b])
+        _tree(state, curves, byte_probs[b], cums[b], b, kinds[b], work, probs[b])
 
 
 @kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], {_TEXT}, float64[:, :, ::1], int64[::1], {_WORK})")
@@ -342,6 +406,11 @@ def _learn(state, curves, history, text, cums, coded, work):
     tables, weights, apm, _, previous = state
     squash, (_, _, t, indirect, lines) = curves[1], text
     x, slots, _, sums = work
+    for b in range(len(coded)):  # every stream's rows asked for before any is read
+        c0 = 1
+        for depth in range(8):
+            _fetch(state, b, c0, depth, depth % 4 == 0)
+            c0 = 2 * c0 + ((coded[b] >> (7 - depth)) & 1)
     for b in range(len(coded)):
         cum = cums[b]  # version 2's running sums and the model's, as mix left them
         work[2][:] = False

@@ -232,6 +232,7 @@ def _mix(tables, places, history, model, inputs, mixers, logs, match, apm, probs
     the third mixer (its set: the match's length bucket) and the APMs."""
     (weights, offsets, chosen, q), exp = mixers, logs[2]
     logits, mean = np.zeros((len(offsets), 256), np.int64), np.zeros(256, np.int64)
+    mixing._fetch_rows(tables, places)
     for b in range(model.shape[0]):
         stream = (inputs[0][b], inputs[1][b], inputs[2][b], inputs[3][b])
         seen = _count_inputs(tables, places, b, logs, stream)

@@ -41,7 +41,7 @@ from functools import cache
 
 import numpy as np
 
-from ..compiled import kernel
+from ..compiled import kernel, prefetch
 from ..models import exact
 
 MIXING_VERSION = 1  # what a file records; a change to any number below makes a new version
@@ -149,6 +149,24 @@ def _place(hashes, places):
             tags[m, b] = (hashes[m, b] & _TAG_MASK) | np.uint64(1)
 
 
+@kernel(f"void({_TABLES}, {_PLACES})")
+def _fetch_rows(tables, places):
+    """Ask the memory early for every row a position reads (``places``, ``[M, B]``), all at
+    once: each row's tag and place in the pool, then its counts in the pool (a row's place
+    is read first: that waits for the first requests, all in flight together). A hint to
+    the CPU (:func:`~sharnn.compiled.prefetch`): no number changes."""
+    (table_tags, slots, pool, _), rows = tables, places[0]
+    for m in range(rows.shape[0]):
+        for b in range(rows.shape[1]):
+            prefetch(table_tags, rows[m, b])
+            prefetch(slots, rows[m, b])
+    for m in range(rows.shape[0]):
+        for b in range(rows.shape[1]):
+            start = np.int64(slots[rows[m, b]]) * pool.shape[1]
+            for line in range(0, pool.shape[1], 32):  # 32 counts of 2 bytes: a cache line
+                prefetch(pool, start + line)
+
+
 @kernel(f"int64({_TABLES}, {_PLACES}, int64, {_LOGS}, {_STREAM})")
 def _count_inputs(tables, places, b, logs, inputs):
     """Stream ``b``'s inputs from the counts, sparse (a row holds few bytes), into
@@ -223,6 +241,7 @@ def _mix(tables, places, history, model, inputs, mixers, logs, probs):
     their sum."""
     (weights, offsets, chosen, q), exp = mixers, logs[2]
     logits, mean = np.zeros((len(offsets), 256), np.int64), np.zeros(256, np.int64)
+    _fetch_rows(tables, places)
     for b in range(model.shape[0]):
         stream = (inputs[0][b], inputs[1][b], inputs[2][b], inputs[3][b])
         seen = _count_inputs(tables, places, b, logs, stream)
