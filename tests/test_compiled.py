@@ -35,11 +35,29 @@ def test_kernels_are_registered():
 
 @pytest.mark.parametrize("kernel", compiled.KERNELS, ids=lambda k: k.py_func.__qualname__)
 def test_every_kernel_keeps_the_rules(kernel):
-    options = kernel.targetoptions
-    assert not options.get("fastmath"), "fastmath reorders sums and fuses products: bits differ between CPUs"
     assert kernel.stats.cache_path is not None, "cache=True: compiled once per CPU, then loaded"
     assert kernel.declared_signatures, "a kernel declares its signatures (ensure_compiled compiles them)"
-    tree = ast.parse(textwrap.dedent(inspect.getsource(kernel.py_func)))
+    _keeps_the_arithmetic_rules(kernel)
+
+
+@pytest.mark.parametrize("helper", compiled.INLINED, ids=lambda k: k.py_func.__qualname__)
+def test_every_inlined_helper_keeps_the_rules(helper):
+    assert helper.targetoptions.get("inline") == "always", "compiled into its callers"
+    _keeps_the_arithmetic_rules(helper)
+
+
+def test_the_helpers_of_the_coder_are_inlined():
+    """Mixing 3's node and what it calls are compiled into their kernels, not called."""
+    names = {helper.py_func.__qualname__ for helper in compiled.INLINED}
+    assert {"_node", "_slots", "_split", "_squash", "_clip", "_fetch"} <= names
+    assert not names & {kernel.py_func.__qualname__ for kernel in compiled.KERNELS}
+
+
+def _keeps_the_arithmetic_rules(dispatcher) -> None:
+    """fastmath off; no libm transcendental or ``**`` with a variable exponent in its source."""
+    options = dispatcher.targetoptions
+    assert not options.get("fastmath"), "fastmath reorders sums and fuses products: bits differ between CPUs"
+    tree = ast.parse(textwrap.dedent(inspect.getsource(dispatcher.py_func)))
     called = {
         node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         for node in ast.walk(tree)

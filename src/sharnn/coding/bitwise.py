@@ -46,7 +46,11 @@ split of ``P`` and the tree's products are float64 in a fixed order, exactly rou
 every machine (no fused operations): the compiled core's rules. The APMs' points (0 ..
 65535, and an update only moves a point towards 0 or 65535) are kept as uint16 and the
 stretch and squash tables (within ±2047 and 1 .. 4095) as int16, all read into int64: a
-quarter of the memory, the same numbers (measured: the mix 12% faster).
+quarter of the memory, the same numbers (measured: the mix 12% faster). Which nodes are
+refined depends on ``P`` alone, so a position first plans every stream's tree and asks
+the memory for all the rows those nodes will read (:func:`_plan`, a hint: no number
+changes), then refines them; the node and its helpers are compiled into the kernels that
+call them (:func:`sharnn.compiled.inline`).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from functools import cache
 
 import numpy as np
 
-from ..compiled import kernel, prefetch
+from ..compiled import inline, kernel, prefetch
 from . import mixing
 from .matching import MatchMixer, _squash_points, _stretch
 
@@ -97,13 +101,13 @@ def _squash_table() -> np.ndarray:
     return np.array([min(4095, max(1, v)) for v in values], dtype=np.int64)
 
 
-@kernel("int64(int64, int16[::1])")
+@inline
 def _squash(x, table):
     """``squash(x)`` of a stretched value ``x`` (1/256) in units of 2**-12, from ``table``."""
     return table[min(max(x, -2047), 2047) + 2047]
 
 
-@kernel("int64(int64)")
+@inline
 def _clip(x):
     """A mixer's sum (2**-16 of 1/256) as a stretched value within -2047 .. 2047."""
     return min(max(x >> 16, -2047), 2047)
@@ -113,13 +117,13 @@ _DEPTHS = np.array([0] + [j.bit_length() - 1 for j in range(1, 256)], dtype=np.i
 _RATES = np.array([2**16 // (n + 2) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # 1 / (n + 2) in 2**-16
 
 
-@kernel("uint64(uint64, uint64)")
+@inline
 def _mixed(value, salt):
     """A hash of ``value`` with ``salt``."""
     return (value + salt) * _MULTIPLIER
 
 
-@kernel("uint64(int64)")
+@inline
 def _class(byte):
     """A byte's class for the context of the last six: lower, upper, digit, space, LF, none, or itself."""
     if 97 <= byte <= 122:
@@ -180,7 +184,7 @@ def _hash_contexts(history, word, b, contexts, text):
     contexts[b, 22] = _mixed((word[b] ^ near) * _MULTIPLIER, np.uint64(0xDE1))
 
 
-@kernel("UniTuple(int64, 2)(int64, int64)")
+@inline
 def _half(c0, depth):
     """Node ``c0``'s half byte (0: the first; 1 + h: the second after first half ``h``) and
     its place among the half's 15 nodes (1 .. 15)."""
@@ -189,7 +193,7 @@ def _half(c0, depth):
     return 1 + (c0 >> (depth - 4)) - 16, (1 << (depth - 4)) | (c0 & ((1 << (depth - 4)) - 1))
 
 
-@kernel("void(uint64[:, ::1], int64, int64, int64, " + _WORK + ")")
+@inline
 def _slots(contexts, b, c0, depth, work):
     """The slots of stream ``b``'s contexts for node ``c0``'s half byte, into ``work``'s
     ``slots [CONTEXTS, 17]`` (column 0: the first half; 1 + h: the second after first half
@@ -202,14 +206,14 @@ def _slots(contexts, b, c0, depth, work):
     known[half] = True
 
 
-@kernel("int64(uint64, int64)")
+@inline
 def _slot(context, half):
     """The slot (0 .. 2**SLOT_BITS - 1) of a context's hash ``context`` for half byte ``half`` (:func:`_half`)."""
     value = (context + np.uint64(half) * _SLOT_MULTIPLIER) * _MULTIPLIER
     return np.int64((value ^ (value >> np.uint64(29))) >> np.uint64(64 - SLOT_BITS))
 
 
-@kernel("int64(float64[::1], int64, int64)")
+@inline
 def _split(cum, c0, depth):
     """``P(bit = 1 | c0)`` in units of 2**-12 (1 .. 4095) from ``cum [257]``, the running sums of ``P``."""
     width = 1 << (8 - depth)
@@ -218,7 +222,7 @@ def _split(cum, c0, depth):
     return min(max(np.int64(one / total * 4096), 1), 4095) if total > 0 else 2048
 
 
-@kernel(f"int64({_STATE}, {_CURVES}, int64, int64, float64[:, ::1], {_WORK})")
+@inline
 def _node(state, curves, b, c0, cums, work):
     """Stream ``b``'s node ``c0`` (``cums [2, 257]``: the running sums of version 2's
     distribution and of the model's): into ``work``, its inputs ``x [INPUTS]``, its slots
@@ -239,10 +243,11 @@ def _node(state, curves, b, c0, cums, work):
     sums[10] = _C + np.int64(contexts[b, 2] >> np.uint64(48))  # ... and C's: the last 3 bytes' hash
     final, mixed = weights[_FINAL + c0], 0
     for m in range(3):
-        w, sums[m] = weights[sums[8 + m]], 0
+        w, total = weights[sums[8 + m]], 0
         for i in range(INPUTS):
-            sums[m] += w[i] * x[i]
-        mixed += final[m] * _clip(sums[m])
+            total += w[i] * x[i]
+        sums[m] = total  # summed in a register: a sum kept in the array is stored at every step
+        mixed += final[m] * _clip(total)
     sums[3] = _squash(mixed >> 16, squash)
     sums[4], sums[5] = stretch[sums[3]] + 2048, (c0 | (previous[b] << 8)) & (_APM_ROWS - 1)
     for j in range(2):
@@ -287,7 +292,7 @@ def _running_sums(probs, cum):
         cum[s + 1] = cum[s] + probs[s]
 
 
-@kernel(f"void({_STATE}, int64, int64, int64, boolean)")
+@inline
 def _fetch(state, b, c0, depth, rows):
     """Ask the memory early for what stream ``b``'s node ``c0`` will read at random: its
     rows of the hashed APMs and, with ``rows``, its half byte's rows of the context models.
@@ -303,7 +308,7 @@ def _fetch(state, b, c0, depth, rows):
         prefetch(apm, row * apm.shape[1] + apm.shape[1] - 1)
 
 
-@kernel("int64(uint64[:, ::1], int64, int64, int64)")
+@inline
 def _apm_row(contexts, b, c0, j):
     """Stream ``b``'s row of hashed APM ``j`` (0: by the last 2 bytes, 1: by the last 4) at node ``c0``."""
     hashed = (contexts[b, _APM_ORDERS[j] - 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER

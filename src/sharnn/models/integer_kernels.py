@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 from numba import prange
 
-from ..compiled import kernel
+from ..compiled import inline, kernel
 from .exact import EXP_ENTRIES, EXP_RESOLUTION, LAYER_NORM_BITS, SIGMOID_RANGE, TABLE_RESOLUTION, TANH_RANGE, TINY
 from .step import GELU_SLOPE
 
@@ -59,7 +58,7 @@ _TINY = np.float32(TINY)
 # ------------------------------------------------------------------ helpers, compiled into the kernels
 
 
-@numba.njit(inline="always")
+@inline
 def _largest(x):
     """``max |x|`` of ``x [n]`` float32, at least :data:`~sharnn.models.exact.TINY`."""
     largest = _TINY
@@ -68,7 +67,7 @@ def _largest(x):
     return largest
 
 
-@numba.njit(inline="always")
+@inline
 def _power_of_two(largest, bits):
     """The power of two (float64) that puts ``largest`` (float32) in ``[2**(bits-1), 2**bits)``,
     its exponent clamped to [-160, 160]."""
@@ -76,7 +75,7 @@ def _power_of_two(largest, bits):
     return math.ldexp(1.0, min(max(exponent, -160), 160))
 
 
-@numba.njit(inline="always")
+@inline
 def _layer_norm(x, eps, out):
     """``out [n] = (x - mean) / sqrt(var + eps)`` of ``x [n]`` float32, without gain or bias:
     ``x`` scaled by a power of two and rounded to integers ``q`` below 2**bits (17, fewer for
@@ -97,26 +96,26 @@ def _layer_norm(x, eps, out):
         out[j] = np.float32((np.rint(np.float64(x[j]) * scale) * n - total) * inverse)
 
 
-@numba.njit(inline="always")
+@inline
 def _affine(normed, norm, j):
     """``normed * gain + bias`` of feature ``j``, ``norm [2, n]`` the gain and bias: two roundings."""
     return normed * norm[0, j] + norm[1, j]
 
 
-@numba.njit(inline="always")
+@inline
 def _lookup(table, x, limit):
     """``table[limit + clamp(round(1024 x), -limit, limit)]`` for ``x`` float32."""
     index = min(max(np.rint(x * _RESOLUTION), np.float32(-limit)), np.float32(limit))
     return table[np.int64(index) + limit]
 
 
-@numba.njit(inline="always")
+@inline
 def _gelu(x, sigmoid):
     """The model's GELU ``x * sigmoid(1.702 x)`` from the sigmoid table."""
     return x * _lookup(sigmoid, x * _SLOPE, _SIGMOID_LIMIT)
 
 
-@numba.njit(inline="always")
+@inline
 def _input_gates(from_input, ln_ih, bias, eps, out):
     """The LN-LSTM's gates from its input ``LN_ih(from_input) + b`` into ``out [4d]``."""
     _layer_norm(from_input, eps, out)
@@ -215,7 +214,7 @@ def attention_input(u, ring, slot, ln_mem, ln_mid, eps, r):
             r[b, j] = _affine(normed[j], ln_mid, j)
 
 
-@numba.njit(inline="always")
+@inline
 def _attend(query, memory, exp_table, total):
     """The attention of one stream over ``memory [n, d]`` (int32, units of 2**-10) from
     ``query [d]`` (float32): the weighted sum of the memory into ``total [d]`` (int64,

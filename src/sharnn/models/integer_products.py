@@ -28,7 +28,6 @@ thread, so the thread count does not change a bit.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import prange, types
@@ -36,7 +35,7 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from ..compiled import kernel
+from ..compiled import inline, kernel
 from .exact import TINY, QuantizedWeights
 
 LANES = 32  # 16-bit integers per vector: one AVX-512 register, two AVX2 ones
@@ -136,7 +135,7 @@ _block = _dot_block(ROWS, STREAMS)
 _column = _dot_block(ROWS, 1)
 
 
-@numba.njit(inline="always")
+@inline
 def _quantize(x, levels, unit, q):
     """``x [K]`` float32 rounded to integers in ``[-levels, levels]`` into ``q[:K]``;
     returns its scale ``max|x| * unit`` (``unit = float32(1 / levels)``)."""
@@ -149,7 +148,7 @@ def _quantize(x, levels, unit, q):
     return largest * unit
 
 
-@numba.njit(inline="always")
+@inline
 def _scaled(total, weight_scale, x_scale, bias, has_bias):
     """``total * weight_scale * x_scale (+ bias)``, each operation rounded to float32."""
     value = (np.float32(total) * weight_scale) * x_scale
