@@ -214,11 +214,18 @@ def _slot(context, half):
 
 
 @inline
-def _split(cum, c0, depth):
-    """``P(bit = 1 | c0)`` in units of 2**-12 (1 .. 4095) from ``cum [257]``, the running sums of ``P``."""
+def _masses(cum, c0, depth):
+    """Node ``c0``'s bytes, ``low .. low + width - 1``, and ``P``'s mass over them and over
+    their upper half (the bit 1): ``(low, width, total, one)`` from ``cum [257]``, the running sums of ``P``."""
     width = 1 << (8 - depth)
     low = (c0 - (1 << depth)) * width
-    total, one = cum[low + width] - cum[low], cum[low + width] - cum[low + width // 2]
+    return low, width, cum[low + width] - cum[low], cum[low + width] - cum[low + width // 2]
+
+
+@inline
+def _split(cum, c0, depth):
+    """``P(bit = 1 | c0)`` in units of 2**-12 (1 .. 4095) from ``cum [257]``, the running sums of ``P``."""
+    _, _, total, one = _masses(cum, c0, depth)
     return min(max(np.int64(one / total * 4096), 1), 4095) if total > 0 else 2048
 
 
@@ -333,9 +340,7 @@ def _plan(state, cum, b, kinds):
                 kinds[2 * c0] = kinds[2 * c0 + 1] = _UNDER
             continue
         depth = _DEPTHS[c0]
-        width = 1 << (8 - depth)
-        low = (c0 - (1 << depth)) * width
-        total, one = cum[low + width] - cum[low], cum[low + width] - cum[low + width // 2]
+        total, one = _masses(cum, c0, depth)[2:]
         if total < threshold:
             kinds[c0] = _KEPT
             if c0 < 128:
@@ -362,9 +367,7 @@ def _tree(state, curves, byte_probs, cums, b, kinds, work, probs):
         if kinds[c0] == _UNDER:
             continue
         depth = _DEPTHS[c0]
-        width = 1 << (8 - depth)
-        low = (c0 - (1 << depth)) * width
-        total, one = cums[0, low + width] - cums[0, low], cums[0, low + width] - cums[0, low + width // 2]
+        low, width, total, one = _masses(cums[0], c0, depth)
         if kinds[c0] == _KEPT:
             scale = mass[c0] / total
             for s in range(low, low + width):
