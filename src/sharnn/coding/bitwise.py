@@ -300,13 +300,13 @@ def _running_sums(probs, cum):
 
 
 @inline
-def _fetch(state, b, c0, depth, rows):
+def _fetch(state, b, c0, half, rows):
     """Ask the memory early for what stream ``b``'s node ``c0`` will read at random: its
-    rows of the hashed APMs and, with ``rows``, its half byte's rows of the context models.
-    A hint to the CPU (:func:`~sharnn.compiled.prefetch`): no number changes."""
+    rows of the hashed APMs and, with ``rows``, its half byte's (``half``, :func:`_half`)
+    rows of the context models. A hint to the CPU (:func:`~sharnn.compiled.prefetch`): no
+    number changes."""
     tables, _, apm, contexts, _ = state
     if rows:
-        half = _half(c0, depth)[0]
         for i in range(CONTEXTS):
             prefetch(tables, (i * tables.shape[1] + _slot(contexts[b, i], half)) * tables.shape[2])
     for j in range(2):
@@ -350,7 +350,7 @@ def _plan(state, cum, b, kinds):
         else:
             kinds[c0] = _REFINED
             half = _half(c0, depth)[0]
-            _fetch(state, b, c0, depth, not (fetched >> half) & 1)
+            _fetch(state, b, c0, half, not (fetched >> half) & 1)
             fetched |= 1 << half
 
 
@@ -417,7 +417,7 @@ def _learn(state, curves, history, text, cums, coded, work):
     for b in range(len(coded)):  # every stream's rows asked for before any is read
         c0 = 1
         for depth in range(8):
-            _fetch(state, b, c0, depth, depth % 4 == 0)
+            _fetch(state, b, c0, _half(c0, depth)[0], depth % 4 == 0)
             c0 = 2 * c0 + ((coded[b] >> (7 - depth)) & 1)
     for b in range(len(coded)):
         cum = cums[b]  # version 2's running sums and the model's, as mix left them
