@@ -125,8 +125,33 @@ def test_a_new_weight_set_learns_faster_than_a_settled_one():
     assert moves[1] > 0 and 0.9 * expected < moves[0] / moves[1] < 1.1 * expected, moves
 
 
+def test_a_context_not_seen_reads_as_new_and_takes_the_place_that_learned_less():
+    """Contexts whose half bytes hash to the same two slots: the first two claimed are
+    found again, each in its own; a third is not found (it reads the empty slot, not
+    another context's counts) and, claimed, takes the slot whose first node has learned
+    less, emptied; the other keeps its counts."""
+    table, contexts = np.zeros((bitwise._EMPTY + 1, 16), np.int32), np.arange(2_000_000, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        values = contexts * bitwise._MULTIPLIER  # the first half byte's hash, as the docstring says
+    values ^= values >> np.uint64(29)
+    pairs = (values >> np.uint64(64 - bitwise.SLOT_BITS)).astype(np.int64) & ~1
+    first = pairs[0]
+    a, b, c = contexts[pairs == first][1:4]
+    assert bitwise._slot(a, 0)[0] == bitwise._slot(b, 0)[0] == bitwise._slot(c, 0)[0] == first
+    slot_a = bitwise._find(table, a, 0, True)
+    table[slot_a, 1:] = 5 << 10 | 3  # a's nodes have learned 3 times (as the coder learns after each claim) ...
+    slot_b = bitwise._find(table, b, 0, True)
+    table[slot_b, 1:] = 7 << 10 | 1  # ... b's once
+    assert (slot_a, slot_b) == (first, first + 1)
+    assert bitwise._find(table, a, 0, False) == slot_a and bitwise._find(table, b, 0, False) == slot_b
+    assert bitwise._find(table, c, 0, False) == bitwise._EMPTY and not table[bitwise._EMPTY].any()
+    assert bitwise._find(table, c, 0, True) == slot_b and not table[slot_b, 1:].any()
+    assert bitwise._find(table, a, 0, False) == slot_a and (table[slot_a, 1:] == 5 << 10 | 3).all()
+    assert bitwise._find(table, b, 0, False) == bitwise._EMPTY
+
+
 def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
     assert mixer_digest(BitMixer(3), _grid(300, 3), random_log_weights(300, 3)) == DIGEST
 
 
-DIGEST = "f7b18b548e024cd056a389693b6a74c5a75508614bffd6ea39d4169af71c9e19"  # AMD EPYC (AVX-512), numba 0.68
+DIGEST = "a7ad5b5669035a6fed12cd2ec6f3a6f197b376c78054182f8956c25d09b3c068"  # AMD EPYC (AVX-512), numba 0.68

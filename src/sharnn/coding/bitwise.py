@@ -21,7 +21,10 @@ the three, and three APMs refine the result::
     p_i += (y - p_i) / (n_i + 2)
 
 ``p_i`` is the probability held for context ``i`` and node ``c0``, ``n_i`` how often it has
-been updated (at most :data:`COUNT_LIMIT`). A weight set learns fast while it is new and
+been updated (at most :data:`COUNT_LIMIT`); both are 0 (``p_i = 1/2``) where the context
+has not been seen before. A context's 15 nodes of a half byte share a slot (a cache line),
+in one of two places found by its hash and told apart by a 16-bit check; a new one takes
+the place whose half byte has learned less (lpaq's hash table). A weight set learns fast while it is new and
 settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The contexts: the last 1, 2, 3, 4, 6, 8, 12
 and 16 bytes; the word; the word and the previous byte; the bytes 2 and 3 back; 3 and 4
 back; the word and the previous word; the previous word and the byte; the word and the
@@ -66,7 +69,9 @@ from .matching import MatchMixer, _squash_points, _stretch
 
 MIXING_VERSION = 3
 CONTEXTS = 23  # the context models of bits (the module's docstring names them)
-SLOT_BITS = 18  # each context model: 2**18 slots of 16 probabilities, one slot per context and half byte
+SLOT_BITS = 18  # each context model: 2**18 slots of 16 int32, a context's half byte in one of two
+WAYS = 2  # the two places of a context and half byte: a slot and its neighbour (slot ^ 1), told apart by a check
+_EMPTY = 2**SLOT_BITS  # a slot never claimed: all zeros, what a context not seen before reads
 COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
 INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, st(p_i) and p_i - 1/2 of each context, the model's split
 _FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place); the final's
@@ -89,7 +94,7 @@ _INDIRECT = 257 + (1 << 16)  # the bytes that followed each previous byte, then 
 _STATE = "Tuple((int32[:, :, ::1], int64[:, ::1], uint16[:, ::1], uint64[:, ::1], int64[::1]))"
 _TEXT = "Tuple((uint64[::1], uint8[:, ::1], int64, int64[::1], int64[:, ::1]))"  # words, buffer, t, indirect, lines
 _CURVES = "UniTuple(int16[::1], 2)"  # stretch (4096 probabilities) and squash (4095 stretched values)
-_WORK = "Tuple((int64[::1], int64[:, ::1], boolean[::1], int64[::1]))"  # inputs, slots, slots known, sums
+_WORK = "Tuple((int64[::1], int64[:, ::1], boolean[::1], int64[::1]))"  # inputs, slots, slots found, sums
 
 
 @cache
@@ -194,23 +199,48 @@ def _half(c0, depth):
 
 
 @inline
-def _slots(contexts, b, c0, depth, work):
+def _slots(tables, contexts, b, c0, depth, work):
     """The slots of stream ``b``'s contexts for node ``c0``'s half byte, into ``work``'s
     ``slots [CONTEXTS, 17]`` (column 0: the first half; 1 + h: the second after first half
-    ``h``), unless known: each a hash of the context and the first half."""
-    slots, known, half = work[1], work[2], _half(c0, depth)[0]
-    if known[half]:
+    ``h``), unless found already (:func:`_find`; :data:`_EMPTY` for a context not seen)."""
+    slots, found, half = work[1], work[2], _half(c0, depth)[0]
+    if found[half]:
         return
     for i in range(CONTEXTS):
-        slots[i, half] = _slot(contexts[b, i], half)
-    known[half] = True
+        slots[i, half] = _find(tables[i], contexts[b, i], half, False)
+    found[half] = True
 
 
 @inline
 def _slot(context, half):
-    """The slot (0 .. 2**SLOT_BITS - 1) of a context's hash ``context`` for half byte ``half`` (:func:`_half`)."""
+    """The first of the :data:`WAYS` slots (0 .. 2**SLOT_BITS - 1, even) where a context's
+    hash ``context`` may keep half byte ``half`` (:func:`_half`), and the check (1 .. 2**16
+    - 1) that tells it from the others there."""
     value = (context + np.uint64(half) * _SLOT_MULTIPLIER) * _MULTIPLIER
-    return np.int64((value ^ (value >> np.uint64(29))) >> np.uint64(64 - SLOT_BITS))
+    value ^= value >> np.uint64(29)
+    check = ((value >> np.uint64(24)) & np.uint64(0xFFFF)) | np.uint64(1)
+    return np.int64(value >> np.uint64(64 - SLOT_BITS)) & ~(WAYS - 1), np.int32(check)
+
+
+@inline
+def _find(table, context, half, claim):
+    """The slot of a context model's ``table [2**SLOT_BITS + 1, 16]`` that holds ``context``'s
+    half byte ``half``: the one of its :data:`WAYS` whose entry 0 holds its check. Not
+    there: :data:`_EMPTY`, or with ``claim`` the way whose half byte's first node has
+    learned less (its count), emptied and given the check (lpaq's replacement)."""
+    first, check = _slot(context, half)
+    for k in range(WAYS):
+        if table[first + k, 0] == check:
+            return first + k
+    if not claim:
+        return _EMPTY
+    slot = first
+    for k in range(1, WAYS):
+        if table[first + k, 1] & 1023 < table[slot, 1] & 1023:
+            slot = first + k
+    table[slot, :] = 0
+    table[slot, 0] = check
+    return slot
 
 
 @inline
@@ -240,7 +270,7 @@ def _node(state, curves, b, c0, cums, work):
     stretch, squash = curves
     x, slots, _, sums = work
     depth = _DEPTHS[c0]
-    _slots(contexts, b, c0, depth, work)
+    _slots(tables, contexts, b, c0, depth, work)
     half, within = _half(c0, depth)
     x[0], x[1], x[INPUTS - 1] = stretch[_split(cums[0], c0, depth)], 256, stretch[_split(cums[1], c0, depth)]
     for i in range(CONTEXTS):
@@ -308,7 +338,9 @@ def _fetch(state, b, c0, half, rows):
     tables, _, apm, contexts, _ = state
     if rows:
         for i in range(CONTEXTS):
-            prefetch(tables, (i * tables.shape[1] + _slot(contexts[b, i], half)) * tables.shape[2])
+            first = i * tables.shape[1] + _slot(contexts[b, i], half)[0]
+            for k in range(WAYS):
+                prefetch(tables, (first + k) * tables.shape[2])
     for j in range(2):
         row = _apm_row(contexts, b, c0, j)
         prefetch(apm, row * apm.shape[1])
@@ -409,9 +441,10 @@ def _mix(state, curves, history, word, text, byte_probs, cums, probs, work):
 def _learn(state, curves, history, text, cums, coded, work):
     """Every node on the path of each of the first ``k`` streams' bytes ``coded [k]``
     learns, stream after stream: mixers A's, B's and C's weight sets and the final one,
-    the APMs' points, the context models' probabilities and counts; then the indirect
-    bytes and the lines' starts (``text``)."""
-    tables, weights, apm, _, previous = state
+    the APMs' points, the context models' probabilities and counts (in slots claimed for
+    the contexts not seen before, :func:`_find`); then the indirect bytes and the lines'
+    starts (``text``)."""
+    tables, weights, apm, contexts, previous = state
     squash, (_, _, t, indirect, lines) = curves[1], text
     x, slots, _, sums = work
     for b in range(len(coded)):  # every stream's rows asked for before any is read
@@ -425,6 +458,11 @@ def _learn(state, curves, history, text, cums, coded, work):
         c0 = 1
         for depth in range(8):
             y = (coded[b] >> (7 - depth)) & 1
+            if depth % 4 == 0:  # a half byte's slots, claimed where its context is new
+                half = _half(c0, depth)[0]
+                for i in range(CONTEXTS):
+                    slots[i, half] = _find(tables[i], contexts[b, i], half, True)
+                work[2][half] = True
             _node(state, curves, b, c0, cum, work)
             final = weights[_FINAL + c0]
             error = ((y << 12) - sums[3]) * FINAL_RATE
@@ -459,13 +497,14 @@ def _learn(state, curves, history, text, cums, coded, work):
 class BitMixer(MatchMixer):
     """Mixing version 3 for ``streams`` streams, used as :class:`~sharnn.coding.mixing.AdaptiveMixer`:
     :meth:`mix`, then :meth:`update`. Besides version 2's state: :attr:`bits`, the context
-    models of bits (``[CONTEXTS, 2**SLOT_BITS, 16]`` int32: each probability and count),
+    models of bits (``[CONTEXTS, 2**SLOT_BITS + 1, 16]`` int32: each slot a check, then
+    each node's probability and count; the last slot stays empty),
     the mixers' weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s
     indirect bytes and lines' starts; the running sums of the position's distributions, version 2's and the model's."""
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
-        tables = mixing._small_page_zeros((CONTEXTS, 2**SLOT_BITS, 16), np.int32)  # zero: p = 1/2, n = 0
+        tables = mixing._small_page_zeros((CONTEXTS, _EMPTY + 1, 16), np.int32)  # zero: p = 1/2, n = 0
         weights = np.zeros((SETS, INPUTS + 1), np.int64)  # the last column: how often the set has learned
         weights[:, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone ...
         weights[_FINAL:_C, :3] = mixing.WEIGHT_UNIT // 3  # ... and the final one their mean
