@@ -21,20 +21,21 @@ the three, and three APMs refine the result::
     p_i += (y - p_i) / (n_i + 2)
 
 ``p_i`` is the probability held for context ``i`` and node ``c0``, ``n_i`` how often it has
-been updated (at most :data:`COUNT_LIMIT`); both are 0 (``p_i = 1/2``) where the context
-has not been seen before. A context's 15 nodes of a half byte share a slot (a cache line),
-in one of two places found by its hash and told apart by a 16-bit check; a new one takes
-the place whose half byte has learned less (lpaq's hash table). A weight set learns fast while it is new and
-settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The contexts: the last 1, 2, 3, 4, 6, 8, 12
-and 16 bytes; the word; the word and the previous byte; the bytes 2 and 3 back; 3 and 4
-back; the word and the previous word; the previous word and the byte; the word and the
-one before the previous; the last three words; the byte above (the same column of the
-previous line) with the previous byte, and with the column; the classes of the last six
-bytes (letter, capital, digit, space, line end, or the byte); the last two bytes that
-followed the previous byte, and the previous two (indirect contexts); the column (up to 63)
-with the last two bytes, and with the word. Mixer A's weight set
-is the node, mixer B's the previous byte and the bit's place, mixer C's 16 bits of the
-hash of the last 3 bytes (one set for all 8 bits of a byte), the final mixer's the node.
+been updated (at most :data:`COUNT_LIMIT`); both are 0 (``p_i = 1/2``) where the context has
+not been seen before. A context's 15 nodes of a half byte share a slot (a cache line), in
+one of two places found by its hash and told apart by a 16-bit check; a new one takes the
+place whose half byte has learned less (lpaq's hash table). A weight set learns fast while
+it is new and settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The
+contexts: the last 1, 2, 3, 4, 6, 8, 12 and 16 bytes; the word; the word and the previous
+byte; the bytes 2 and 3 back; 3 and 4 back; the word and the previous word; the previous
+word and the byte; the word and the one before the previous; the last three words; the byte
+above (the same column of the previous line) with the previous byte, and with the column;
+the classes of the last six bytes (letter, capital, digit, space, line end, or the byte);
+the last two bytes that followed the previous byte, and the previous two (indirect
+contexts); the column (up to 63) with the last two bytes, and with the word. Mixer A's
+weight set is the node, mixer B's the previous byte and the bit's place, mixer C's 16 bits
+of the hash of the last 3 bytes (one set for all 8 bits of a byte), the final mixer's the
+node.
 
 The coder codes bytes, so each position's distribution is the tree's: ``p(s)`` is the
 product of the 8 refined probabilities on ``s``'s path. A node that ``P`` gives less than
@@ -199,15 +200,16 @@ def _half(c0, depth):
 
 
 @inline
-def _slots(tables, contexts, b, c0, depth, work):
+def _slots(tables, contexts, b, c0, depth, work, claim):
     """The slots of stream ``b``'s contexts for node ``c0``'s half byte, into ``work``'s
     ``slots [CONTEXTS, 17]`` (column 0: the first half; 1 + h: the second after first half
-    ``h``), unless found already (:func:`_find`; :data:`_EMPTY` for a context not seen)."""
+    ``h``), unless found already (:func:`_find`: :data:`_EMPTY` for a context not seen, or
+    with ``claim`` a slot claimed for it)."""
     slots, found, half = work[1], work[2], _half(c0, depth)[0]
     if found[half]:
         return
     for i in range(CONTEXTS):
-        slots[i, half] = _find(tables[i], contexts[b, i], half, False)
+        slots[i, half] = _find(tables[i], contexts[b, i], half, claim)
     found[half] = True
 
 
@@ -270,7 +272,7 @@ def _node(state, curves, b, c0, cums, work):
     stretch, squash = curves
     x, slots, _, sums = work
     depth = _DEPTHS[c0]
-    _slots(tables, contexts, b, c0, depth, work)
+    _slots(tables, contexts, b, c0, depth, work, False)
     half, within = _half(c0, depth)
     x[0], x[1], x[INPUTS - 1] = stretch[_split(cums[0], c0, depth)], 256, stretch[_split(cums[1], c0, depth)]
     for i in range(CONTEXTS):
@@ -458,11 +460,7 @@ def _learn(state, curves, history, text, cums, coded, work):
         c0 = 1
         for depth in range(8):
             y = (coded[b] >> (7 - depth)) & 1
-            if depth % 4 == 0:  # a half byte's slots, claimed where its context is new
-                half = _half(c0, depth)[0]
-                for i in range(CONTEXTS):
-                    slots[i, half] = _find(tables[i], contexts[b, i], half, True)
-                work[2][half] = True
+            _slots(tables, contexts, b, c0, depth, work, True)  # claimed where a context is new
             _node(state, curves, b, c0, cum, work)
             final = weights[_FINAL + c0]
             error = ((y << 12) - sums[3]) * FINAL_RATE
