@@ -83,15 +83,19 @@ def test_bad_bytes_are_refused_and_nothing_is_learnt():
         BitMixer(1).update(np.array([1]))
 
 
-def test_the_lines_and_the_indirect_bytes_follow_the_text():
-    """After "ab\\ncd\\nef": the current line starts at byte 6, the one before at 3 (the
-    byte above a position is read there), and the bytes that followed each line end are c, then e."""
+def test_the_lines_and_the_indirect_table_follow_the_text():
+    """After "ab\ncb\nef cd ": the current line starts at byte 6, the one before at 3 (the
+    byte above a position is read there); the bytes that followed "b\n" are c, then e; and
+    the word that followed "ef" is "cd" (by 16 bits of "ef"'s hash)."""
     mixer = BitMixer(1)
-    for byte in b"ab\ncd\nef":
+    for byte in b"ab\ncb\nef cd ":
         mixer.mix(np.zeros((1, 256), np.int64))
         mixer.update(np.array([byte]))
     assert mixer.lines[0].tolist() == [6, 3]
-    assert mixer.indirect[ord("\n") + 1] == (ord("c") << 8) | ord("e")  # indexed by the byte + 1
+    pair = ((ord("\n") + 1) * 257 + ord("b") + 1) & 0xFFFF  # the last two bytes, each + 1
+    assert mixer.indirect[pair] == (ord("c") << 8) | ord("e")
+    cd, ef = (int(word) for word in mixer.previous)  # the last word's hash, the one before's
+    assert mixer.indirect[bitwise._FOLLOWED + (ef >> 48)] == cd >> 1
 
 
 def test_each_weight_set_counts_what_it_learned():
@@ -154,4 +158,4 @@ def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
     assert mixer_digest(BitMixer(3), _grid(300, 3), random_log_weights(300, 3)) == DIGEST
 
 
-DIGEST = "a7ad5b5669035a6fed12cd2ec6f3a6f197b376c78054182f8956c25d09b3c068"  # AMD EPYC (AVX-512), numba 0.68
+DIGEST = "7c1416d569a282a739587b19d3e093f995b1b42b6e9d6a23fdd1531c689bf8a9"  # AMD EPYC (AVX-512), numba 0.68

@@ -26,13 +26,14 @@ not been seen before. A context's 15 nodes of a half byte share a slot (a cache 
 one of two places found by its hash and told apart by a 16-bit check; a new one takes the
 place whose half byte has learned less (lpaq's hash table). A weight set learns fast while
 it is new and settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The
-contexts: the last 1, 2, 3, 4, 6, 8, 12 and 16 bytes; the word; the word and the previous
-byte; the bytes 2 and 3 back; 3 and 4 back; the word and the previous word; the previous
-word and the byte; the word and the one before the previous; the last three words; the byte
-above (the same column of the previous line) with the previous byte, and with the column;
-the classes of the last six bytes (letter, capital, digit, space, line end, or the byte);
-the last two bytes that followed the previous byte, and the previous two (indirect
-contexts); the column (up to 63) with the last two bytes, and with the word. Mixer A's
+contexts: the last 1, 2, 3, 4, 5, 6, 8, 12 and 16 bytes; the word; the word and the
+previous byte; the bytes 2 and 3 back; the word and the previous word; the previous word and
+the byte; the word and the one before the previous; the last three words; the byte above
+(the same column of the previous line) with the previous byte, and with the column; the
+classes of the last six bytes (letter, capital, digit, space, line end, or the byte); the
+word that followed the previous word when it was last seen, with the word so far and the
+previous byte, and the last two bytes that followed the previous two (indirect contexts);
+the column (up to 63) with the last two bytes, and with the word. Mixer A's
 weight set is the node, mixer B's the previous byte and the bit's place, mixer C's 16 bits
 of the hash of the last 3 bytes (one set for all 8 bits of a byte), the final mixer's the
 node.
@@ -89,9 +90,10 @@ _APM_ROWS = 1 << 16  # per APM
 _APM_ORDERS = (2, 4)  # the hashed APMs' contexts: the last 2 bytes, the last 4 (contexts 1 and 3)
 _MULTIPLIER = mixing._MULTIPLIER
 _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
-_ORDERS = np.array([1, 2, 3, 4, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
-_ORDER_CONTEXTS = np.array([0, 1, 2, 3, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
-_INDIRECT = 257 + (1 << 16)  # the bytes that followed each previous byte, then each hash of the last two
+_ORDERS = np.array([1, 2, 3, 4, 5, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
+_ORDER_CONTEXTS = np.array([0, 1, 2, 3, 9, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
+_FOLLOWED = 1 << 16  # the indirect table: the bytes that followed each hash of the last two, then from here ...
+_INDIRECT = 2 * _FOLLOWED  # ... the word that followed each previous word (16 bits of each hash)
 _STATE = "Tuple((int32[:, :, ::1], int64[:, ::1], uint16[:, ::1], uint64[:, ::1], int64[::1]))"
 _TEXT = "Tuple((uint64[::1], uint8[:, ::1], int64, int64[::1], int64[:, ::1]))"  # words, buffer, t, indirect, lines
 _CURVES = "UniTuple(int16[::1], 2)"  # stretch (4096 probabilities) and squash (4095 stretched values)
@@ -148,7 +150,7 @@ def _hash_contexts(history, word, b, contexts, text):
     """Stream ``b``'s context hashes into ``contexts [B, CONTEXTS]`` from its ``history
     [B, 12]`` (each byte + 1, newest first) and ``word [B]`` (:mod:`sharnn.coding.mixing`'s),
     and ``text``: the last two words ``[2B]`` (:mod:`sharnn.coding.matching`'s), the
-    streams' bytes ``[B, >t]``, the position ``t``, the indirect bytes, the lines' starts ``[B, 2]``."""
+    streams' bytes ``[B, >t]``, the position ``t``, the indirect table, the lines' starts ``[B, 2]``."""
     words, buffer, t, indirect, lines = text
     value, k = np.uint64(0), 0
     for j in range(16):
@@ -162,10 +164,7 @@ def _hash_contexts(history, word, b, contexts, text):
         _mixed(word[b], np.uint64(77)),
         (word[b] ^ (history[b, 0] << np.uint64(40))) * _MULTIPLIER,
     )
-    for i in range(2):
-        contexts[b, 8 + i] = _mixed(
-            (history[b, 1 + i] << np.uint64(16)) + (history[b, 2 + i] << np.uint64(8)), np.uint64(i + 1)
-        )
+    contexts[b, 8] = _mixed((history[b, 1] << np.uint64(16)) + (history[b, 2] << np.uint64(8)), np.uint64(1))
     contexts[b, 10] = (_mixed(word[b], np.uint64(5)) ^ previous) * _MULTIPLIER
     column, above = t - lines[b, 0], np.uint64(0)
     if lines[b, 1] >= 0 and lines[b, 1] + column < lines[b, 0] - 1:
@@ -177,9 +176,10 @@ def _hash_contexts(history, word, b, contexts, text):
     for j in range(6):
         classes = classes * np.uint64(263) + _class(np.int64(history[b, j]) - 1)
     contexts[b, 16] = _mixed(classes, np.uint64(0x31337))
-    last, pair = np.int64(history[b, 0]), np.int64(history[b, 0] * np.uint64(257) + history[b, 1])
-    contexts[b, 17] = _mixed(np.uint64(indirect[last]) * np.uint64(300) + np.uint64(last), np.uint64(0x4444))
-    second = np.uint64(indirect[257 + (pair & 0xFFFF)])
+    followed = np.uint64(indirect[_FOLLOWED + np.int64(previous >> np.uint64(48))])
+    contexts[b, 17] = _mixed((followed * np.uint64(31)) ^ word[b] ^ (history[b, 0] << np.uint64(56)), np.uint64(0xF012))
+    pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1])
+    second = np.uint64(indirect[pair & 0xFFFF])
     contexts[b, 18] = _mixed(second * np.uint64(70000) + np.uint64(pair), np.uint64(0x5555))
     contexts[b, 19] = (_mixed(previous, np.uint64(0x6666)) + history[b, 0]) * _MULTIPLIER
     contexts[b, 20] = (_mixed(word[b], np.uint64(0x7777)) ^ before) * _MULTIPLIER
@@ -439,15 +439,15 @@ def _mix(state, curves, history, word, text, byte_probs, cums, probs, work):
         _tree(state, curves, byte_probs[b], cums[b], b, kinds[b], work, probs[b])
 
 
-@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], {_TEXT}, float64[:, :, ::1], int64[::1], {_WORK})")
-def _learn(state, curves, history, text, cums, coded, work):
+@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, float64[:, :, ::1], int64[::1], {_WORK})")
+def _learn(state, curves, history, word, text, cums, coded, work):
     """Every node on the path of each of the first ``k`` streams' bytes ``coded [k]``
     learns, stream after stream: mixers A's, B's and C's weight sets and the final one,
     the APMs' points, the context models' probabilities and counts (in slots claimed for
-    the contexts not seen before, :func:`_find`); then the indirect bytes and the lines'
-    starts (``text``)."""
-    tables, weights, apm, contexts, previous = state
-    squash, (_, _, t, indirect, lines) = curves[1], text
+    the contexts not seen before, :func:`_find`); then the indirect table (the word ``word
+    [B]`` that a byte ends follows the previous one) and the lines' starts (``text``)."""
+    tables, weights, apm, contexts, _ = state
+    squash, (words, _, t, indirect, lines) = curves[1], text
     x, slots, _, sums = work
     for b in range(len(coded)):  # every stream's rows asked for before any is read
         c0 = 1
@@ -485,9 +485,11 @@ def _learn(state, curves, history, text, cums, coded, work):
                 p += (((y << 22) - p) * _RATES[n]) >> 16
                 tables[i, slots[i, half], within] = ((p - (1 << 21)) << 10) | min(n + 1, COUNT_LIMIT)
             c0 = 2 * c0 + y
-        last, pair = previous[b], 257 + (np.int64(history[b, 0] * np.uint64(257) + history[b, 1]) & 0xFFFF)
-        indirect[last] = ((indirect[last] << 8) | coded[b]) & 0xFFFF
+        pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1]) & 0xFFFF
         indirect[pair] = ((indirect[pair] << 8) | coded[b]) & 0xFFFF
+        letter = 65 <= coded[b] <= 90 or 97 <= coded[b] <= 122
+        if word[b] != np.uint64(0) and not letter:  # a word ends: it followed the previous one
+            indirect[_FOLLOWED + np.int64(words[b] >> np.uint64(48))] = np.int64(word[b] >> np.uint64(1))
         if coded[b] == 10:
             lines[b, 0], lines[b, 1] = t + 1, lines[b, 0]
 
@@ -498,7 +500,7 @@ class BitMixer(MatchMixer):
     models of bits (``[CONTEXTS, 2**SLOT_BITS + 1, 16]`` int32: each slot a check, then
     each node's probability and count; the last slot stays empty),
     the mixers' weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s
-    indirect bytes and lines' starts; the running sums of the position's distributions, version 2's and the model's."""
+    indirect table and lines' starts; the running sums of the position's distributions, version 2's and the model's."""
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
@@ -529,5 +531,5 @@ class BitMixer(MatchMixer):
     def update(self, coded: np.ndarray) -> None:
         coded = np.ascontiguousarray(coded, dtype=np.int64)
         if self._mixed and coded.ndim == 1 and mixing._codable(coded, self.streams):
-            _learn(self.bits, self._curves, self.history, self.text, self._cums, coded, self._work)
+            _learn(self.bits, self._curves, self.history, self.word, self.text, self._cums, coded, self._work)
         super().update(coded)  # raises for what the bits did not learn from
