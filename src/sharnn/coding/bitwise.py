@@ -93,7 +93,7 @@ _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
 _ORDERS = np.array([1, 2, 3, 4, 5, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
 _ORDER_CONTEXTS = np.array([0, 1, 2, 3, 9, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
 _FOLLOWED = 1 << 16  # the indirect table: the bytes that followed each hash of the last two, then from here ...
-_INDIRECT = 2 * _FOLLOWED  # ... the word that followed each previous word (16 bits of each hash)
+_INDIRECT = 2 * _FOLLOWED  # ... the word that followed each previous word (16 bits of each hash: _followed)
 _STATE = "Tuple((int32[:, :, ::1], int64[:, ::1], uint16[:, ::1], uint64[:, ::1], int64[::1]))"
 _TEXT = "Tuple((uint64[::1], uint8[:, ::1], int64, int64[::1], int64[:, ::1]))"  # words, buffer, t, indirect, lines
 _CURVES = "UniTuple(int16[::1], 2)"  # stretch (4096 probabilities) and squash (4095 stretched values)
@@ -145,6 +145,12 @@ def _class(byte):
     return np.uint64(7 + byte)
 
 
+@inline
+def _followed(word):
+    """The place in the indirect table of the word that followed the word of hash ``word``."""
+    return _FOLLOWED + np.int64(word >> np.uint64(48))
+
+
 @kernel("void(uint64[:, ::1], uint64[::1], int64, uint64[:, ::1], " + _TEXT + ")")
 def _hash_contexts(history, word, b, contexts, text):
     """Stream ``b``'s context hashes into ``contexts [B, CONTEXTS]`` from its ``history
@@ -176,7 +182,7 @@ def _hash_contexts(history, word, b, contexts, text):
     for j in range(6):
         classes = classes * np.uint64(263) + _class(np.int64(history[b, j]) - 1)
     contexts[b, 16] = _mixed(classes, np.uint64(0x31337))
-    followed = np.uint64(indirect[_FOLLOWED + np.int64(previous >> np.uint64(48))])
+    followed = np.uint64(indirect[_followed(previous)])
     contexts[b, 17] = _mixed((followed * np.uint64(31)) ^ word[b] ^ (history[b, 0] << np.uint64(56)), np.uint64(0xF012))
     pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1])
     second = np.uint64(indirect[pair & 0xFFFF])
@@ -487,9 +493,8 @@ def _learn(state, curves, history, word, text, cums, coded, work):
             c0 = 2 * c0 + y
         pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1]) & 0xFFFF
         indirect[pair] = ((indirect[pair] << 8) | coded[b]) & 0xFFFF
-        letter = 65 <= coded[b] <= 90 or 97 <= coded[b] <= 122
-        if word[b] != np.uint64(0) and not letter:  # a word ends: it followed the previous one
-            indirect[_FOLLOWED + np.int64(words[b] >> np.uint64(48))] = np.int64(word[b] >> np.uint64(1))
+        if word[b] != np.uint64(0) and not mixing._letter(coded[b]):  # a word ends: it followed the previous one
+            indirect[_followed(words[b])] = np.int64(word[b] >> np.uint64(1))
         if coded[b] == 10:
             lines[b, 0], lines[b, 1] = t + 1, lines[b, 0]
 

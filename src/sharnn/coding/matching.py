@@ -139,8 +139,7 @@ def _remember(word, previous, coded):
     """A word that ``coded [k]`` ends (a letter's word, then another byte) becomes its
     stream's previous one (``previous [2B]``), which moves to the one before."""
     for b in range(len(coded)):
-        letter = 65 <= coded[b] <= 90 or 97 <= coded[b] <= 122
-        if word[b] != np.uint64(0) and not letter:
+        if word[b] != np.uint64(0) and not mixing._letter(coded[b]):
             previous[len(word) + b] = previous[b]
             previous[b] = word[b]
 

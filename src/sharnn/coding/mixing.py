@@ -41,7 +41,7 @@ from functools import cache
 
 import numpy as np
 
-from ..compiled import kernel, prefetch
+from ..compiled import inline, kernel, prefetch
 from ..models import exact
 
 MIXING_VERSION = 1  # what a file records; a change to any number below makes a new version
@@ -311,6 +311,12 @@ def _count(tables, places, symbols):
             counts[symbols[b]] += 1
 
 
+@inline
+def _letter(byte):
+    """Whether ``byte`` is an ASCII letter, a word's (its hash: :func:`_advance`)."""
+    return 65 <= byte <= 90 or 97 <= byte <= 122
+
+
 @kernel("void(uint64[:, ::1], uint64[::1], int64[::1])")
 def _advance(history, word, coded):
     """Shift each stream's byte into its ``history [B, 12]`` (as byte + 1) and ``word
@@ -321,8 +327,7 @@ def _advance(history, word, coded):
         for j in range(history.shape[1] - 1, 0, -1):
             history[b, j] = history[b, j - 1]
         history[b, 0] = np.uint64(byte) + np.uint64(1)
-        letter = 65 <= byte <= 90 or 97 <= byte <= 122
-        word[b] = (word[b] + (np.uint64(byte) | np.uint64(32))) * _MULTIPLIER if letter else np.uint64(0)
+        word[b] = (word[b] + (np.uint64(byte) | np.uint64(32))) * _MULTIPLIER if _letter(byte) else np.uint64(0)
 
 
 @kernel("boolean(int64[::1], int64)", allocates=True)
