@@ -121,10 +121,15 @@ def test_round_trip_is_byte_exact(model, data, streams):
         coded_bytes=len(blob),
         streams=0,
         stream_crc32=[],
+        crc32=None,
         payload_bytes=len(data),
         payload_crc32=zlib.crc32(data),
     )  # the stored file's own header: deflated from version 5, its size is not the coded one's
-    assert len(smaller) == min(len(blob), len(data) + len(container.pack(stored_header)))
+    stored = len(data) + len(container.pack(stored_header))
+    if len(blob) - len(container.pack(header)) >= len(data):  # coding did not make the input smaller
+        assert len(smaller) == stored
+    else:
+        assert len(smaller) == min(len(blob), stored)
     assert decompress(smaller, model) == data
 
 
@@ -165,9 +170,7 @@ def test_header_records_streams_crcs_and_the_model(model):
     data = TEXT
     blob = coded(data, model, streams=3)
     header, payload = read_header(blob)
-    lengths = stream_lengths(len(data), 3)
-    starts = np.cumsum([0, *lengths])
-    assert header.stream_crc32 == [zlib.crc32(data[a:b]) for a, b in pairwise(starts)]
+    assert header.streams == 3 and header.crc32 == zlib.crc32(data) and header.stream_crc32 == []  # one for all
     assert header.model_sha256 == model_sha256(model)
     assert header.mode == "model" and header.tokenizer == "bytes" and header.payload_bytes == len(payload)
     assert header.environment["device"] == "cpu" and header.environment["threads"] == torch.get_num_threads()
@@ -585,12 +588,16 @@ def test_a_format_2_file_of_a_saved_model_whose_config_holds_ints_decodes_byte_e
 
 
 def test_input_coding_would_grow_is_stored_raw_and_decodes_without_the_model(model):
+    """Random bytes: the payload would be no smaller than the input, so the file is stored
+    (whichever header is a few bytes smaller), as xz stores a chunk that does not shrink."""
     data = np.random.default_rng(1).integers(0, 256, 600, dtype=np.uint8).tobytes()
     blob = compress(data, model, streams=2)
     header, payload = read_header(blob)
     assert header.storage == "stored" and payload == data and header.streams == 0 and header.stream_crc32 == []
+    assert header.crc32 is None and header.crlf == 0
     assert len(blob) == len(data) + len(container.pack(header))  # the input plus the header, no more
-    assert header.coded_bytes == len(coded(data, model, streams=2)) > len(blob)
+    coded_header, coded_payload = read_header(coded(data, model, streams=2))
+    assert header.coded_bytes == len(container.pack(coded_header)) + len(coded_payload) and len(coded_payload) >= 600
     assert decompress(blob) == data == decompress(blob, model)  # the model is not needed
 
 
@@ -660,9 +667,7 @@ def test_line_ends_round_trip_and_the_header_counts_the_folded_ones(model, case)
     blob = coded(data, model, streams=3)
     header, _ = read_header(blob)
     assert blob[8:10] == (6).to_bytes(2, "little") and header.length == len(data) and header.crlf == crlf
-    folded = fold_line_ends(data)[0]
-    starts = np.cumsum([0, *stream_lengths(len(folded), 3)])
-    assert header.stream_crc32 == [zlib.crc32(folded[a:b]) for a, b in pairwise(starts)]
+    assert header.crc32 == zlib.crc32(fold_line_ends(data)[0])
     assert decompress(blob, model) == data
     smallest = compress(data, model, streams=3)
     header = read_header(smallest)[0]
@@ -902,13 +907,28 @@ HOSTILE |= {
     ),
     "crlf-stored": (
         6,
-        _fields(storage="stored", coded_bytes=10**6, streams=0, stream_crc32=[], crlf=3),
+        _fields(storage="stored", coded_bytes=10**6, streams=0, crc32=None, crlf=3),
         "crlf is 3 in a stored file (its payload is the input: nothing is folded)",
     ),
     "crlf-more-streams-than-coded-bytes": (
         6,
-        _fields(length=4, crlf=2, streams=3, stream_crc32=[0, 0, 0]),
+        _fields(length=4, crlf=2, streams=3),
         "streams is 3 for a length of 2 (4 less 2 folded CRs)",
+    ),
+}
+
+
+# And one crc32 of the streams joined instead of one per stream: a CRC32 in a coded file, null in a stored one.
+HOSTILE |= {
+    "v6-without-crc32": (6, _fields(crc32=_DROP), "version-6 header lacks crc32"),
+    "v6-with-stream-crcs": (6, _fields(stream_crc32=[0, 0]), "version-6 header has unknown keys stream_crc32"),
+    "v5-with-crc32": (5, _fields(crc32=0), "version-5 header has unknown keys crc32"),
+    "crc32-out-of-range": (6, _fields(crc32=2**32), "crc32 is 4294967296, not null or a CRC32"),
+    "crc32-null-when-coded": (6, _fields(crc32=None), "crc32 is null in a coded file"),
+    "crc32-when-stored": (
+        6,
+        _fields(storage="stored", coded_bytes=10**6, streams=0, crc32=7, payload_bytes=len(TEXT)),
+        "crc32 is 7 in a stored file (its payload is the input: payload_crc32 checks it)",
     ),
 }
 
@@ -933,8 +953,12 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     version, change, fragment = HOSTILE[case]
     header, payload = read_header(online_blob)
     fields = dataclasses.asdict(header)
-    if version < 6:  # keys of version 6 only
-        del fields["crlf"], fields["model_input"]
+    if version < 6:  # keys of version 6 only; before it, one CRC32 per stream
+        del fields["crlf"], fields["model_input"], fields["crc32"]
+        starts = np.cumsum([0, *stream_lengths(header.length, header.streams)])
+        fields["stream_crc32"] = [zlib.crc32(TEXT[a:b]) for a, b in pairwise(starts)]
+    else:
+        del fields["stream_crc32"]
     if version < 5:  # keys of version 5 only
         del fields["mixing"]
     if version < 4:  # keys of version 4 only
@@ -1099,7 +1123,8 @@ def test_a_version_6_header_of_the_shipped_model_is_smaller_than_version_5s_dict
         model_sha256=SHIPPED[DEFAULT_MODEL],
         length=152_089,
         streams=4,
-        stream_crc32=[2_413_489_998, 1_234_567_890, 3_456_789_012, 987_654_321],
+        stream_crc32=[2_413_489_998, 1_234_567_890, 3_456_789_012, 987_654_321],  # version 5's
+        crc32=3_141_592_653,  # version 6's, of the four streams joined
         payload_bytes=len(payload),
         payload_crc32=zlib.crc32(payload),
         environment={"device": "cpu", "torch": "2.13.0+cpu", "threads": 1, "cpu_capability": "AVX512"},
@@ -1110,7 +1135,33 @@ def test_a_version_6_header_of_the_shipped_model_is_smaller_than_version_5s_dict
     )
     six, five = container.pack(header, 6), container.pack(header, 5)
     assert len(six) <= len(five) - 40
-    assert read_header(six + payload) == read_header(five + payload) == (header, payload)
+    assert read_header(six + payload) == (dataclasses.replace(header, stream_crc32=[]), payload)
+    assert read_header(five + payload) == (dataclasses.replace(header, crc32=None), payload)
+
+
+def test_a_version_6_header_holds_one_crc32_whatever_the_streams():
+    """Version 6 checks the streams with one CRC32 of them joined, where version 5 listed one
+    per stream (ten digits each in the JSON): its header does not grow with the streams."""
+    sizes = {}
+    for streams in (1, 4, 32):
+        header = container.Header(
+            mode="model",
+            model_sha256=SHIPPED[DEFAULT_MODEL],
+            length=152_089,
+            streams=streams,
+            stream_crc32=[(2_654_435_761 * (b + 1)) % 2**32 for b in range(streams)],
+            payload_bytes=4,
+            payload_crc32=0,
+            environment={"device": "cpu", "torch": "2.13.0+cpu", "threads": 1, "cpu_capability": "AVX512"},
+            precision="integer",
+            portable=True,
+            integer_step=1,
+            mixing=3,
+            crc32=3_141_592_653,
+        )
+        sizes[streams] = len(container.pack(header, 6)), len(container.pack(header, 5))
+    assert sizes[4][0] - sizes[1][0] <= 1 and sizes[32][0] - sizes[1][0] <= 2
+    assert sizes[4][1] - sizes[1][1] >= 3 * 4 and sizes[32][1] - sizes[1][1] >= 31 * 4
 
 
 def test_cli_adapt_with_online_mode_or_a_float_step_is_one_line(tmp_path):

@@ -243,8 +243,8 @@ def compress(files, model_path, online, streams, mixing, threads, device, adapt,
 @console.decoding_threads_option
 @console.file_options
 def decompress(files, model_path, threads, **how):
-    """Decompress each FILE.shz to FILE (`-`: standard input to standard output): every
-    stream's CRC32 is checked before anything is written; on any mismatch nothing is. Each
+    """Decompress each FILE.shz to FILE (`-`: standard input to standard output): the
+    streams' CRC32 is checked before anything is written; on any mismatch nothing is. Each
     FILE.shz is kept (--rm removes it); FILE takes its mode and modification time.
     `sharnn decompress SRC DEST` (DEST no file yet) is deprecated: `-o DEST`."""
     console.code_files(files, how, None, model=model_path, threads=threads)

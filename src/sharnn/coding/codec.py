@@ -198,10 +198,9 @@ def compress(
 
     Returns:
         The compressed file's bytes: a header (format version :func:`written_version`:
-        6 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, when that
-        would be larger, the header and ``data`` itself (``read_header(blob)[0].storage``
-        is then ``"stored"`` and ``.coded_bytes`` the coded file's size), at most
-        ``len(data)`` plus the header.
+        6 for an SHA-RNN, 2 for a Transformer), then the coder's payload; or, where the
+        payload is no smaller than ``data`` or the file larger, the header and ``data``
+        (``read_header(blob)[0]``: ``storage`` ``"stored"``, ``coded_bytes`` the coded size).
 
     Raises:
         ConfigError: ``streams`` or ``threads`` outside 1 to 1024, a model that is not
@@ -220,7 +219,8 @@ def compress(
     version = written_version(model)
     coded = pack(header, version) + payload
     stored = _stored(header, data, version, len(coded))
-    return stored if len(stored) < len(coded) else coded
+    # stored where coding does not shrink the input (as xz stores a chunk) or the file is smaller
+    return stored if len(payload) >= len(data) or len(stored) < len(coded) else coded
 
 
 def _stored(header: Header, data: bytes, version: int, coded_bytes: int) -> bytes:
@@ -232,6 +232,7 @@ def _stored(header: Header, data: bytes, version: int, coded_bytes: int) -> byte
         coded_bytes=coded_bytes,
         streams=0,
         stream_crc32=[],
+        crc32=None,
         payload_bytes=len(data),
         payload_crc32=zlib.crc32(data),
         crlf=0,
@@ -281,7 +282,7 @@ def encode(
         model_sha256=fingerprint,
         length=len(data),
         streams=len(lengths),
-        stream_crc32=[zlib.crc32(folded[a:b]) for a, b in pairwise(starts)],
+        stream_crc32=[] if latest else [zlib.crc32(folded[a:b]) for a, b in pairwise(starts)],
         payload_bytes=len(payload),
         payload_crc32=zlib.crc32(payload),
         environment=environment(device_of(model), precision),
@@ -292,6 +293,7 @@ def encode(
         mixing=arithmetic.mixing,
         crlf=crlf,
         model_input=arithmetic.model_input,
+        crc32=zlib.crc32(folded) if latest else None,  # version 6: one CRC32 for all the streams
     )
     return header, payload
 
@@ -373,7 +375,7 @@ def decompress(
             a portable file.
 
     Returns:
-        The original bytes, every stream's CRC32 checked (a stored file's payload, its
+        The original bytes, the streams' CRC32 checked (a stored file's payload, its
         CRC32 checked; ``model`` is not used).
 
     Raises:
@@ -402,7 +404,7 @@ def decompress(
 
 def _decode(arithmetic: Arithmetic, model: SHARNN, header: Header, payload: bytes, name: str, progress, threads: int):
     """The bytes a coded file's ``payload`` codes (:func:`decompress`'s arguments; its
-    line ends still folded, ``length - crlf`` bytes), every stream's CRC32 checked; a
+    line ends still folded, ``length - crlf`` bytes), the streams' CRC32 checked; a
     payload that does not decode here raises :class:`DataError`."""
     decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
     lengths = stream_lengths(header.length - header.crlf, header.streams)
@@ -534,13 +536,20 @@ def _to_grid(data: np.ndarray, lengths: list[int]) -> np.ndarray:
 
 
 def _check_streams(grid: np.ndarray, lengths: list[int], header: Header, name: str, device: torch.device) -> bytes:
-    """The decoded streams joined, after checking each one's CRC32 (raises :class:`DataError`)."""
+    """The decoded streams joined, after checking their CRC32 (version 6: one of them all;
+    before, one each; raises :class:`DataError`)."""
     pieces = [grid[:n, b].tobytes() for b, n in enumerate(lengths)]
+    joined = b"".join(pieces)
+    if header.crc32 is not None:
+        if zlib.crc32(joined) != header.crc32:
+            failure = f" decodes to bytes that fail its CRC32 check ({len(lengths)} streams)"
+            raise _undecodable(header, name, device, failure)
+        return joined
     bad = [b for b, piece in enumerate(pieces) if zlib.crc32(piece) != header.stream_crc32[b]]
     if bad:
         failure = f": stream {bad[0]} decodes to bytes that fail its CRC32 check ({len(bad)} of {len(lengths)} streams)"
         raise _undecodable(header, name, device, failure)
-    return b"".join(pieces)
+    return joined
 
 
 def _undecodable(header: Header, name: str, device: torch.device, failure: str) -> DataError:

@@ -45,7 +45,8 @@ READABLE_VERSIONS = (*FORWARD_VERSIONS, *STEP_VERSIONS)
 # a header takes about 90 bytes instead of about 420 (what a small file is made of).
 # Version 5's is HEADER_DICTIONARY; version 6's is a version-6 header of the shipped model
 # (its fingerprint: 64 hex digits, 35 bytes deflated, become a reference of 3) at 4 streams,
-# with both common CPU capabilities: a typical header deflates to 48-75 bytes, not 93-120.
+# with both common CPU capabilities, after what a stored file's header has instead: a
+# typical header deflates to 48-75 bytes, not 93-120.
 # A dictionary is part of its format: fixed forever, whatever model ships later.
 DEFLATED_FROM = 5
 HEADER_DICTIONARY = (
@@ -57,11 +58,12 @@ HEADER_DICTIONARY = (
 HEADER_DICTIONARIES = {
     5: HEADER_DICTIONARY,
     6: (
+        b'"model_input":false,"crc32":null}"streams":0,"storage":"stored","coded_bytes":'  # a stored file's
         b'"AVX512"{"mode":"model","model_sha256":"d708440ac85d148cc1d0b5b06a9cecf33dde4c7e79a4f59cd373093f9251e0f5",'
-        b'"length":,"streams":4,"stream_crc32":[],"payload_bytes":,"payload_crc32":,'
+        b'"length":,"streams":4,"payload_bytes":,"payload_crc32":,'
         b'"environment":{"device":"cpu","torch":"2.13.0+cpu","threads":1,"cpu_capability":"AVX2"},'
         b'"online":null,"tokenizer":"bytes","storage":"coded","coded_bytes":null,"precision":"integer",'
-        b'"portable":true,"integer_step":1,"mixing":3,"crlf":0,"model_input":true}'
+        b'"portable":true,"integer_step":1,"mixing":3,"crlf":0,"model_input":true,"crc32":'
     ),
 }
 
@@ -105,7 +107,8 @@ class Header:
             (:func:`model_sha256`); in online mode, of the fixed-seed initialisation.
         length: the original size in bytes.
         streams: the number of streams ``B`` (0 for an empty file).
-        stream_crc32: CRC32 of each stream's original bytes.
+        stream_crc32: CRC32 of each stream's original bytes (versions 1 to 5; version 6
+            reads as ``[]``: one ``crc32`` of all of them instead).
         payload_bytes, payload_crc32: size and CRC32 of the range coder's output.
         environment: what the probabilities depend on besides the model: device, torch
             version, CPU capability, thread count, and on CUDA the GPU, CUDA and cuDNN
@@ -132,6 +135,9 @@ class Header:
         model_input: whether the model's predictions entered the mixing (false: input that
             is not text, coded by the context models alone; a mixed file only;
             :func:`sharnn.coding.codec.looks_binary`); a key of version 6 (older files read as true).
+        crc32: CRC32 of the bytes coded, the streams joined (their line ends folded where
+            ``crlf`` is not 0), or None in a stored file; a key of version 6, which has it
+            instead of ``stream_crc32`` (older files read as None).
     """
 
     mode: str
@@ -152,6 +158,7 @@ class Header:
     mixing: int | None = None
     crlf: int = 0
     model_input: bool = True
+    crc32: int | None = None
 
 
 _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
@@ -163,6 +170,7 @@ _V1_KEYS = frozenset(field.name for field in dataclasses.fields(Header)) - {
     "mixing",
     "crlf",
     "model_input",
+    "crc32",
 }
 
 
@@ -175,7 +183,9 @@ _KEYS = {  # the exact keys of each version
     3: _V2_KEYS | {"precision"},
     4: _V2_KEYS | {"precision", "portable", "integer_step"},
     5: _V2_KEYS | {"precision", "portable", "integer_step", "mixing"},
-    6: _V2_KEYS | {"precision", "portable", "integer_step", "mixing", "crlf", "model_input"},
+    6: _V2_KEYS - {"stream_crc32"}
+    | {"precision", "portable", "integer_step", "mixing", "crlf", "model_input"}
+    | {"crc32"},  # one CRC32 of the streams joined, not one per stream
 }
 
 
@@ -326,6 +336,7 @@ _FIELDS = {  # key: (valid?, what it must be)
     "mixing": (lambda v: v is None or _is_count(v), "null or an integer >= 0"),
     "crlf": (_is_count, "an integer >= 0"),
     "model_input": (lambda v: type(v) is bool, "true or false"),
+    "crc32": (lambda v: v is None or _is_count(v, _U32), "null or a CRC32"),
 }
 
 
@@ -348,9 +359,9 @@ def _check_header(fields: object, version: int, name: str) -> Header:
                 f"{name} is corrupt: its header's {key} is "
                 f"{shown if len(shown) <= 40 else shown[:37] + '...'}, not {expected}"
             )
-    header = Header(**fields)
+    header = Header(**({"stream_crc32": []} | fields))  # version 6 has one crc32 instead
     problems = (_precision_problem(header, version), _environment_problem(header.environment, header.precision))
-    for problem in (*problems, _layout_problem(header)):
+    for problem in (*problems, _layout_problem(header, version)):
         if problem:
             raise DataError(f"{name} is corrupt: its header's {problem}")
     if header.online is not None:
@@ -414,9 +425,9 @@ def _is_feature_list(value: list) -> bool:
     )
 
 
-def _layout_problem(header: Header) -> str | None:
-    """What contradicts what in a header's sizes, streams, folded line ends and mode, or None.
-    The streams hold the ``length - crlf`` bytes coded (``n`` below)."""
+def _layout_problem(header: Header, version: int) -> str | None:
+    """What contradicts what in a header's sizes, streams, their CRC32s, folded line ends and
+    mode, or None. The streams hold the ``length - crlf`` bytes coded (``n`` below)."""
     n, streams, size, crlf = header.length - header.crlf, header.streams, header.payload_bytes, header.crlf
     if (header.mode == "online") != (header.online is not None):
         return f"mode is {header.mode} but its online settings are {'absent' if header.online is None else 'present'}"
@@ -427,6 +438,8 @@ def _layout_problem(header: Header) -> str | None:
             return f"crlf is {crlf:,} in a stored file (its payload is the input: nothing is folded)"
         if streams or header.stream_crc32:
             return f"streams is {streams} with {len(header.stream_crc32)} stream CRC32s in a stored file (it has none)"
+        if header.crc32 is not None:
+            return f"crc32 is {header.crc32} in a stored file (its payload is the input: payload_crc32 checks it)"
         if size != n:
             return f"payload_bytes is {size:,} for a length of {n:,} in a stored file (its payload is the input)"
         if header.coded_bytes is None or header.coded_bytes <= n:
@@ -435,7 +448,10 @@ def _layout_problem(header: Header) -> str | None:
     if header.coded_bytes is not None:
         return f"coded_bytes is {header.coded_bytes} in a coded file (it is null there)"
     coded = f"{n:,}" + (f" ({header.length:,} less {crlf:,} folded CRs)" if crlf else "")
-    if streams != len(header.stream_crc32):
+    if "crc32" in _KEYS[version]:
+        if header.crc32 is None:
+            return "crc32 is null in a coded file (the CRC32 of the bytes coded)"
+    elif streams != len(header.stream_crc32):
         return f"streams is {streams} but it lists {len(header.stream_crc32)} stream CRC32s"
     if streams > n or (streams == 0) != (n == 0):
         return f"streams is {streams} for a length of {coded} (between 1 and the length, 0 only for an empty file)"

@@ -30,7 +30,7 @@ def decompress_file(
     quiet: bool = False,
 ) -> Coding:
     """Decompress ``source`` to ``dest`` (``-``: standard input or output), as ``sharnn
-    decompress FILE -o DEST``: every stream's CRC32 is checked before anything is written;
+    decompress FILE -o DEST``: the streams' CRC32 is checked before anything is written;
     on any mismatch nothing is. A file ``dest`` gets the mode and modification time of a
     file ``source``. ``dest`` None: decode and check only, write nothing (``sharnn
     decompress -t``).
