@@ -154,8 +154,29 @@ def test_a_context_not_seen_reads_as_new_and_takes_the_place_that_learned_less()
     assert bitwise._find(table, b, 0, False) == bitwise._EMPTY
 
 
+def test_a_contexts_second_input_is_its_stretched_probability_as_sure_as_its_count():
+    """x_{2+i} = st(p_i) and x_{25+i} = st(p_i) n_i / (n_i + CONFIDENCE), within a unit of
+    1/256: a context seen often says what it says; one seen once, a little of it; one not
+    seen before, nothing (p_i = 1/2)."""
+    mixer = BitMixer(1)
+    mixer.mix(np.zeros((1, 256), np.int64))  # the contexts of the first position
+    tables, contexts = mixer.bits[0], mixer.bits[3]
+    stretch = mixer._curves[0]
+    cases = {0: (1, 3), 1: (2_900_000, 1), 2: (200_000, 40), 3: (4_000_000, 255)}  # context: (p_i in 2**-22, n_i)
+    for i, (p, n) in cases.items():
+        slot = bitwise._find(tables[i], contexts[0, i], 0, True)
+        tables[i, slot, 1] = (p - (1 << 21)) << 10 | n  # the root's entry (c0 = 1: half byte 0, node 1)
+    mixer._work[2][:] = False  # the slots are looked up again
+    bitwise._node(mixer.bits, mixer._curves, 0, 1, mixer._cums[0], mixer._work)
+    x = mixer._work[0]
+    for i, (p, n) in cases.items():
+        st = int(stretch[p >> 10])  # p_i in the stretch table's units, 2**-12
+        assert abs(x[2 + i] - st) <= 1 and abs(x[2 + bitwise.CONTEXTS + i] - st * n / (n + bitwise.CONFIDENCE)) <= 1
+    assert x[2 + 4] == x[2 + bitwise.CONTEXTS + 4] == 0  # context 4 not seen: p = 1/2, n = 0
+
+
 def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
     assert mixer_digest(BitMixer(3), _grid(300, 3), random_log_weights(300, 3)) == DIGEST
 
 
-DIGEST = "7c1416d569a282a739587b19d3e093f995b1b42b6e9d6a23fdd1531c689bf8a9"  # AMD EPYC (AVX-512), numba 0.68
+DIGEST = "f80a72a9d801a8922e7abde323356d295f1a40e46aa47f092bc1430407fd3f39"  # AMD EPYC (AVX-512), numba 0.68

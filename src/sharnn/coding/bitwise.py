@@ -11,7 +11,8 @@ the three, and three APMs refine the result::
     st(p) = ln(p / (1 - p)),  squash(x) = 1 / (1 + exp(-x))
     x_0 = st(P(bit = 1 | c0))                 version 2's, from the sums of P over the node's halves
     x_1 = 1                                   a bias
-    x_{2+i} = st(p_i), x_{25+i} = p_i - 1/2   context i's probability p_i of a 1 here
+    x_{2+i} = st(p_i)                         context i's probability p_i of a 1 here ...
+    x_{25+i} = st(p_i) n_i / (n_i + 64)       ... and the same, as sure as its count n_i
     x_48 = st(Q(bit = 1 | c0))                the model's own split, Q its distribution alone
     s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,bit,i} x_i, s_C = sum_i c_{hash(last 3 bytes),i} x_i
     p = squash(f_{c0,A} s_A + f_{c0,B} s_B + f_{c0,C} s_C)
@@ -75,7 +76,8 @@ SLOT_BITS = 18  # each context model: 2**18 slots of 16 int32, a context's half 
 WAYS = 2  # the two places of a context and half byte: a slot and its neighbour (slot ^ 1), told apart by a check
 _EMPTY = 2**SLOT_BITS  # a slot never claimed: all zeros, what a context not seen before reads
 COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
-INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, st(p_i) and p_i - 1/2 of each context, the model's split
+CONFIDENCE = 64  # the second input of a context, st(p_i) n_i / (n_i + CONFIDENCE): p_i as sure as its count
+INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, both of each context, the model's split
 _FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place); the final's
 _C = _FINAL + 256  # mixer C's (16 bits of the hash of the last 3 bytes)
 SETS = _C + (1 << 16)
@@ -123,6 +125,7 @@ def _clip(x):
 
 _DEPTHS = np.array([0] + [j.bit_length() - 1 for j in range(1, 256)], dtype=np.int64)  # bits node c0 has decided
 _RATES = np.array([2**16 // (n + 2) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # 1 / (n + 2) in 2**-16
+_SURE = np.array([(n << 12) // (n + CONFIDENCE) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # in 2**-12
 
 
 @inline
@@ -282,8 +285,9 @@ def _node(state, curves, b, c0, cums, work):
     half, within = _half(c0, depth)
     x[0], x[1], x[INPUTS - 1] = stretch[_split(cums[0], c0, depth)], 256, stretch[_split(cums[1], c0, depth)]
     for i in range(CONTEXTS):
-        p = ((np.int64(tables[i, slots[i, half], within]) >> 10) + (1 << 21)) >> 10
-        x[2 + i], x[2 + CONTEXTS + i] = stretch[p], (p - 2048) >> 2
+        entry = np.int64(tables[i, slots[i, half], within])
+        st = stretch[((entry >> 10) + (1 << 21)) >> 10]
+        x[2 + i], x[2 + CONTEXTS + i] = st, (st * _SURE[entry & 1023]) >> 12
     sums[8], sums[9] = c0, 256 + previous[b] * 8 + depth  # mixer A's weight set, mixer B's ...
     sums[10] = _C + np.int64(contexts[b, 2] >> np.uint64(48))  # ... and C's: the last 3 bytes' hash
     final, mixed = weights[_FINAL + c0], 0
