@@ -175,8 +175,22 @@ def test_a_contexts_second_input_is_its_stretched_probability_as_sure_as_its_cou
     assert x[2 + 4] == x[2 + bitwise.CONTEXTS + 4] == 0  # context 4 not seen: p = 1/2, n = 0
 
 
+def test_a_contexts_probability_moves_one_over_its_count_and_a_half_towards_each_bit():
+    """p_i += (y - p_i) / (n_i + 3/2): from 1/2 a first 0 makes it 1/6 and a first 1 5/6
+    (within the table's 2**-16), and the count is 1, in every context seen for the first time."""
+    mixer, byte = BitMixer(1), ord("e")  # 0b01100101: the root's bit is 0, the next node's 1
+    mixer.mix(np.zeros((1, 256), np.int64))
+    mixer.update(np.array([byte]))
+    tables, contexts = mixer.bits[0], mixer.bits[3]
+    for i in range(bitwise.CONTEXTS):
+        slot = bitwise._find(tables[i], contexts[0, i], 0, False)
+        for within, expected in ((1, 1 / 6), (2, 5 / 6)):  # the root (c0 = 1), then c0 = 2 (after the 0)
+            entry = int(tables[i, slot, within])
+            assert entry & 1023 == 1 and abs(((entry >> 10) + (1 << 21)) / 2**22 - expected) < 2**-16, (i, within)
+
+
 def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
     assert mixer_digest(BitMixer(3), _grid(300, 3), random_log_weights(300, 3)) == DIGEST
 
 
-DIGEST = "f80a72a9d801a8922e7abde323356d295f1a40e46aa47f092bc1430407fd3f39"  # AMD EPYC (AVX-512), numba 0.68
+DIGEST = "dab53ef4798a1eed62c9ff01175cedd18d18b0eee4f12904f36118b99a5fbabc"  # AMD EPYC (AVX-512), numba 0.68

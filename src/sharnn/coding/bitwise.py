@@ -19,7 +19,7 @@ the three, and three APMs refine the result::
     p' = (APM1_{prev,c0}(p) + APM2_{hash(last 2 bytes),c0}(p) + 2 APM3_{hash(last 4 bytes),c0}(p)) / 4
     a_i += r(n_A) (y - squash(s_A)) x_i, b_i and c_i likewise;  f_m += lr_f (y - p) s_m
     r(n) = lr + boost h / (n + h)             n: how often the weight set has learned
-    p_i += (y - p_i) / (n_i + 2)
+    p_i += (y - p_i) / (n_i + 3/2)
 
 ``p_i`` is the probability held for context ``i`` and node ``c0``, ``n_i`` how often it has
 been updated (at most :data:`COUNT_LIMIT`); both are 0 (``p_i = 1/2``) where the context has
@@ -75,7 +75,7 @@ CONTEXTS = 23  # the context models of bits (the module's docstring names them)
 SLOT_BITS = 18  # each context model: 2**18 slots of 16 int32, a context's half byte in one of two
 WAYS = 2  # the two places of a context and half byte: a slot and its neighbour (slot ^ 1), told apart by a check
 _EMPTY = 2**SLOT_BITS  # a slot never claimed: all zeros, what a context not seen before reads
-COUNT_LIMIT = 255  # p_i moves 1/(n + 2) of the way to the bit, at least 1/257
+COUNT_LIMIT = 255  # p_i moves 1/(n + 3/2) of the way to the bit, at least 1/256.5
 CONFIDENCE = 64  # the second input of a context, st(p_i) n_i / (n_i + CONFIDENCE): p_i as sure as its count
 INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, both of each context, the model's split
 _FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place); the final's
@@ -124,7 +124,7 @@ def _clip(x):
 
 
 _DEPTHS = np.array([0] + [j.bit_length() - 1 for j in range(1, 256)], dtype=np.int64)  # bits node c0 has decided
-_RATES = np.array([2**16 // (n + 2) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # 1 / (n + 2) in 2**-16
+_RATES = np.array([2**17 // (2 * n + 3) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # 1 / (n + 3/2) in 2**-16
 _SURE = np.array([(n << 12) // (n + CONFIDENCE) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # in 2**-12
 
 
