@@ -1139,6 +1139,20 @@ def test_a_version_6_header_of_the_shipped_model_is_smaller_than_version_5s_dict
     assert read_header(five + payload) == (dataclasses.replace(header, crc32=None), payload)
 
 
+def test_a_coded_header_packs_only_with_the_crc32s_its_version_keeps(model):
+    """Version 6 needs the CRC32 of the streams joined, versions 1 to 5 one per stream: a
+    header without them is refused when packed, not written as a file no sharnn decodes."""
+    header, payload = read_header(coded(TEXT, model, streams=3))
+    assert header.crc32 is not None and header.stream_crc32 == []
+    with pytest.raises(ValueError, match="a version-5 header lists 0 CRC32s for 3 streams"):
+        container.pack(header, 5)
+    with pytest.raises(ValueError, match="a version-6 header of a coded file needs the CRC32 of its streams joined"):
+        container.pack(dataclasses.replace(header, crc32=None), 6)
+    both = dataclasses.replace(header, stream_crc32=[1, 2, 3])  # one header, either version
+    assert read_header(container.pack(both, 5) + payload)[0].stream_crc32 == [1, 2, 3]
+    assert read_header(container.pack(both, 6) + payload)[0].crc32 == header.crc32
+
+
 def test_a_version_6_header_holds_one_crc32_whatever_the_streams():
     """Version 6 checks the streams with one CRC32 of them joined, where version 5 listed one
     per stream (ten digits each in the JSON): its header does not grow with the streams."""

@@ -255,11 +255,18 @@ def parse(blob: bytes, name: str) -> Compressed:
 def pack(header: Header, version: int = FORMAT_VERSION) -> bytes:
     """A version-``version`` file's header (the keys of that version): prefix, JSON and its CRC32.
     A header of folded line ends (``crlf``), or of a model left out (``model_input``), packs
-    only in a version that records them (else ValueError)."""
+    only in a version that records them; a coded file's CRC32s as its version keeps them
+    (one of the streams joined from version 6, one per stream before; else ValueError)."""
     if header.crlf and "crlf" not in _KEYS[version]:
         raise ValueError(f"a version-{version} header cannot record {header.crlf} folded line ends")
     if not header.model_input and "model_input" not in _KEYS[version]:
         raise ValueError(f"a version-{version} header cannot record a model left out")
+    if header.storage == "coded" and "crc32" in _KEYS[version] and header.crc32 is None:
+        raise ValueError(f"a version-{version} header of a coded file needs the CRC32 of its streams joined")
+    if header.storage == "coded" and "crc32" not in _KEYS[version] and len(header.stream_crc32) != header.streams:
+        raise ValueError(
+            f"a version-{version} header lists {len(header.stream_crc32)} CRC32s for {header.streams} streams"
+        )
     fields = {key: value for key, value in dataclasses.asdict(header).items() if key in _KEYS[version]}
     return frame(json.dumps(fields, separators=(",", ":")).encode(), version)
 
