@@ -9,6 +9,7 @@ Everything here is sized so that one training run takes a few seconds on 2 CPU c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,6 +17,8 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,8 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from sharnn.cli import main
+from sharnn.coding.codec import stream_lengths
+from sharnn.coding.container import Header
 from sharnn.data.corpus import bundled_wikitext2
 from sharnn.models import exact
 
@@ -234,3 +239,9 @@ def mixer_digest(mixer, grid: np.ndarray, weights: np.ndarray) -> str:
         digest.update(mixer.mix(weights[t]).tobytes())
         mixer.update(grid[t, : streams - 1 if t == rows - 1 else streams])
     return digest.hexdigest()
+
+
+def older_header(header: Header, data: bytes) -> Header:
+    """A version-6 header of the coded ``data`` as versions 1 to 5 keep its CRC32s: one per stream."""
+    starts = np.cumsum([0, *stream_lengths(len(data), header.streams)])
+    return dataclasses.replace(header, stream_crc32=[zlib.crc32(data[a:b]) for a, b in pairwise(starts)], crc32=None)

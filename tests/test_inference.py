@@ -7,9 +7,6 @@ before the integer step) round-trip byte for byte while a Transformer's keep ver
 from __future__ import annotations
 
 import copy
-import dataclasses
-import zlib
-from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,7 @@ import torch
 import sharnn.coding.arithmetic as arithmetic
 import sharnn.coding.codec as codec
 import sharnn.coding.container as container
-from helpers import assert_ok, cli, shared_run
+from helpers import assert_ok, cli, older_header, shared_run
 from sharnn.coding.arithmetic import DEFAULT_MIXING
 from sharnn.coding.codec import compress, decompress, stream_lengths
 from sharnn.coding.container import read_header
@@ -196,12 +193,6 @@ def run_dir(tmp_path_factory) -> Path:
     return shared_run(tmp_path_factory)
 
 
-def older(header: container.Header, data: bytes) -> container.Header:
-    """A version-6 header of ``data`` as an older version keeps its CRC32s: one per stream."""
-    starts = np.cumsum([0, *stream_lengths(len(data), header.streams)])
-    return dataclasses.replace(header, stream_crc32=[zlib.crc32(data[a:b]) for a, b in pairwise(starts)], crc32=None)
-
-
 def version(blob: bytes) -> int:
     """The format version of a compressed file (bytes 8-9, little-endian)."""
     return int.from_bytes(blob[8:10], "little")
@@ -232,11 +223,11 @@ def test_version_6_round_trips_byte_exactly_through_the_command_line(tmp_path, r
     if data == RANDOM:  # not text: coded without the model, which version 5 cannot record
         assert header.model_input is False
     else:
-        assert decompress(container.pack(older(header, data), 5) + payload, model) == data
+        assert decompress(container.pack(older_header(header, data), 5) + payload, model) == data
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None, adapt=False)
-    assert decompress(container.pack(older(header, data), 4) + payload, model) == data
+    assert decompress(container.pack(older_header(header, data), 4) + payload, model) == data
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None, precision="fp32")
-    assert decompress(container.pack(older(header, data), 3) + payload, model) == data
+    assert decompress(container.pack(older_header(header, data), 3) + payload, model) == data
 
 
 def test_online_mode_writes_version_6_in_fp32_unmixed_and_round_trips():

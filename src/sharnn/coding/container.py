@@ -261,12 +261,8 @@ def pack(header: Header, version: int = FORMAT_VERSION) -> bytes:
         raise ValueError(f"a version-{version} header cannot record {header.crlf} folded line ends")
     if not header.model_input and "model_input" not in _KEYS[version]:
         raise ValueError(f"a version-{version} header cannot record a model left out")
-    if header.storage == "coded" and "crc32" in _KEYS[version] and header.crc32 is None:
-        raise ValueError(f"a version-{version} header of a coded file needs the CRC32 of its streams joined")
-    if header.storage == "coded" and "crc32" not in _KEYS[version] and len(header.stream_crc32) != header.streams:
-        raise ValueError(
-            f"a version-{version} header lists {len(header.stream_crc32)} CRC32s for {header.streams} streams"
-        )
+    if header.storage == "coded" and (problem := _crc_problem(header, version)):
+        raise ValueError(f"a version-{version} header's {problem}")
     fields = {key: value for key, value in dataclasses.asdict(header).items() if key in _KEYS[version]}
     return frame(json.dumps(fields, separators=(",", ":")).encode(), version)
 
@@ -432,6 +428,16 @@ def _is_feature_list(value: list) -> bool:
     )
 
 
+def _crc_problem(header: Header, version: int) -> str | None:
+    """What is wrong with a coded file's CRC32s for its ``version``, or None: from version 6
+    one of the streams joined, before one per stream."""
+    if "crc32" in _KEYS[version]:
+        return None if header.crc32 is not None else "crc32 is null in a coded file (the CRC32 of the bytes coded)"
+    if header.streams != len(header.stream_crc32):
+        return f"streams is {header.streams} but it lists {len(header.stream_crc32)} stream CRC32s"
+    return None
+
+
 def _layout_problem(header: Header, version: int) -> str | None:
     """What contradicts what in a header's sizes, streams, their CRC32s, folded line ends and
     mode, or None. The streams hold the ``length - crlf`` bytes coded (``n`` below)."""
@@ -455,11 +461,8 @@ def _layout_problem(header: Header, version: int) -> str | None:
     if header.coded_bytes is not None:
         return f"coded_bytes is {header.coded_bytes} in a coded file (it is null there)"
     coded = f"{n:,}" + (f" ({header.length:,} less {crlf:,} folded CRs)" if crlf else "")
-    if "crc32" in _KEYS[version]:
-        if header.crc32 is None:
-            return "crc32 is null in a coded file (the CRC32 of the bytes coded)"
-    elif streams != len(header.stream_crc32):
-        return f"streams is {streams} but it lists {len(header.stream_crc32)} stream CRC32s"
+    if problem := _crc_problem(header, version):
+        return problem
     if streams > n or (streams == 0) != (n == 0):
         return f"streams is {streams} for a length of {coded} (between 1 and the length, 0 only for an empty file)"
     if size % 4 or (size == 0) != (n == 0):
