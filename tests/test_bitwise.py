@@ -99,8 +99,8 @@ def test_the_lines_and_the_indirect_table_follow_the_text():
 
 
 def test_each_weight_set_counts_what_it_learned():
-    """One byte learned: mixer A's set of each node on its path, and mixer B's of each of its
-    bit places after the previous byte, have learned once; mixer C's one set, chosen by the
+    """One byte learned: mixer A's set of each node on its path, and mixer B's of each node
+    on its path after the previous byte, have learned once; mixer C's one set, chosen by the
     last 3 bytes before it, 8 times (once a bit); no other set."""
     mixer, byte = BitMixer(1), ord("e")
     mixer.mix(np.zeros((1, 256), np.int64))
@@ -108,7 +108,7 @@ def test_each_weight_set_counts_what_it_learned():
     counts = mixer.bits[1][:, bitwise.INPUTS]
     path = [(byte | 256) >> (8 - depth) for depth in range(8)]  # c0 of each node: 1, then the bits with a leading 1
     previous = int(mixer.history[0, 1])  # the byte before, + 1 (the start byte's)
-    learned = path + [256 + previous * 8 + depth for depth in range(8)]
+    learned = path + [256 + previous * 256 + c0 for c0 in path]
     (third,) = np.flatnonzero(counts[bitwise._C :]) + bitwise._C
     assert sorted(np.flatnonzero(counts).tolist()) == sorted([*learned, third])
     assert (counts[learned] == 1).all() and counts[third] == 8
@@ -129,29 +129,51 @@ def test_a_new_weight_set_learns_faster_than_a_settled_one():
     assert moves[1] > 0 and 0.9 * expected < moves[0] / moves[1] < 1.1 * expected, moves
 
 
-def test_a_context_not_seen_reads_as_new_and_takes_the_place_that_learned_less():
-    """Contexts whose half bytes hash to the same two slots: the first two claimed are
-    found again, each in its own; a third is not found (it reads the empty slot, not
-    another context's counts) and, claimed, takes the slot whose first node has learned
-    less, emptied; the other keeps its counts."""
-    table, contexts = np.zeros((bitwise._EMPTY + 1, 16), np.int32), np.arange(2_000_000, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        values = contexts * bitwise._MULTIPLIER  # the first half byte's hash, as the docstring says
-    values ^= values >> np.uint64(29)
-    pairs = (values >> np.uint64(64 - bitwise.SLOT_BITS)).astype(np.int64) & ~1
-    first = pairs[0]
-    a, b, c = contexts[pairs == first][1:4]
-    assert bitwise._slot(a, 0)[0] == bitwise._slot(b, 0)[0] == bitwise._slot(c, 0)[0] == first
-    slot_a = bitwise._find(table, a, 0, True)
-    table[slot_a, 1:] = 5 << 10 | 3  # a's nodes have learned 3 times (as the coder learns after each claim) ...
-    slot_b = bitwise._find(table, b, 0, True)
-    table[slot_b, 1:] = 7 << 10 | 1  # ... b's once
-    assert (slot_a, slot_b) == (first, first + 1)
-    assert bitwise._find(table, a, 0, False) == slot_a and bitwise._find(table, b, 0, False) == slot_b
-    assert bitwise._find(table, c, 0, False) == bitwise._EMPTY and not table[bitwise._EMPTY].any()
-    assert bitwise._find(table, c, 0, True) == slot_b and not table[slot_b, 1:].any()
-    assert bitwise._find(table, a, 0, False) == slot_a and (table[slot_a, 1:] == 5 << 10 | 3).all()
-    assert bitwise._find(table, b, 0, False) == bitwise._EMPTY
+def _same_group(i: int, count: int) -> tuple[int, list[int]]:
+    """The first slot of a group of :data:`~sharnn.coding.bitwise.WAYS` and ``count``
+    contexts of model ``i`` whose first half bytes hash to it, computed as the docstring
+    says (the hash scaled to the table), by a search over context hashes 0, 1, 2, ..."""
+    found, start = [], 0
+    while len(found) < count:
+        contexts = np.arange(start, start + 4_000_000, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            values = (contexts + np.uint64(i) * bitwise._CONTEXT_MULTIPLIER) * bitwise._MULTIPLIER
+        values ^= values >> np.uint64(29)
+        groups = (((values >> np.uint64(32)) * np.uint64(bitwise.SLOTS)) >> np.uint64(32)).astype(np.int64)
+        groups &= ~(bitwise.WAYS - 1)
+        if start == 0:
+            group = groups[0]
+        found += contexts[groups == group].tolist()
+        start += len(contexts)
+    return group, found[:count]
+
+
+def test_a_context_not_seen_reads_as_new_and_takes_the_place_that_learned_least():
+    """Contexts of one model whose half bytes hash to the same group of slots: the first
+    WAYS claimed are found again, each in its own place; one more is not found (it reads
+    the empty slot, not another context's counts) and, claimed, takes the place whose first
+    node has learned least, emptied; the others keep their counts. Another model's context
+    of the same hash lives elsewhere in the one table."""
+    assert bitwise.WAYS == 4
+    table = np.zeros((bitwise._EMPTY + 1, 16), np.int32)
+    first, contexts = _same_group(5, bitwise.WAYS + 1)
+    *held, new = contexts
+    assert all(bitwise._slot(np.uint64(c), 5, 0)[0] == first for c in contexts)
+    learned = (3, 1, 4, 2)  # how often each held context's nodes have learned (as the coder learns after each claim)
+    slots = []
+    for context, n in zip(held, learned):
+        slots.append(bitwise._find(table, np.uint64(context), 5, 0, True))
+        table[slots[-1], 1:] = 5 << 10 | n
+    assert slots == [first, first + 1, first + 2, first + 3]
+    assert [bitwise._find(table, np.uint64(c), 5, 0, False) for c in held] == slots
+    assert bitwise._find(table, np.uint64(new), 5, 0, False) == bitwise._EMPTY and not table[bitwise._EMPTY].any()
+    assert bitwise._find(table, np.uint64(new), 5, 0, True) == slots[1] and not table[slots[1], 1:].any()
+    assert bitwise._find(table, np.uint64(held[1]), 5, 0, False) == bitwise._EMPTY
+    for context, slot, n in zip(held, slots, learned):
+        if slot != slots[1]:
+            assert bitwise._find(table, np.uint64(context), 5, 0, False) == slot
+            assert (table[slot, 1:] == 5 << 10 | n).all()
+    assert bitwise._slot(np.uint64(held[0]), 6, 0)[0] != first  # model 6's context of the same hash
 
 
 def test_a_contexts_second_input_is_its_stretched_probability_as_sure_as_its_count():
@@ -164,8 +186,8 @@ def test_a_contexts_second_input_is_its_stretched_probability_as_sure_as_its_cou
     stretch = mixer._curves[0]
     cases = {0: (1, 3), 1: (2_900_000, 1), 2: (200_000, 40), 3: (4_000_000, 255)}  # context: (p_i in 2**-22, n_i)
     for i, (p, n) in cases.items():
-        slot = bitwise._find(tables[i], contexts[0, i], 0, True)
-        tables[i, slot, 1] = (p - (1 << 21)) << 10 | n  # the root's entry (c0 = 1: half byte 0, node 1)
+        slot = bitwise._find(tables, contexts[0, i], i, 0, True)
+        tables[slot, 1] = (p - (1 << 21)) << 10 | n  # the root's entry (c0 = 1: half byte 0, node 1)
     mixer._work[2][:] = False  # the slots are looked up again
     bitwise._node(mixer.bits, mixer._curves, 0, 1, mixer._cums[0], mixer._work)
     x = mixer._work[0]
@@ -183,9 +205,10 @@ def test_a_contexts_probability_moves_one_over_its_count_and_a_half_towards_each
     mixer.update(np.array([byte]))
     tables, contexts = mixer.bits[0], mixer.bits[3]
     for i in range(bitwise.CONTEXTS):
-        slot = bitwise._find(tables[i], contexts[0, i], 0, False)
+        slot = bitwise._find(tables, contexts[0, i], i, 0, False)
+        assert slot != bitwise._EMPTY
         for within, expected in ((1, 1 / 6), (2, 5 / 6)):  # the root (c0 = 1), then c0 = 2 (after the 0)
-            entry = int(tables[i, slot, within])
+            entry = int(tables[slot, within])
             assert entry & 1023 == 1 and abs(((entry >> 10) + (1 << 21)) / 2**22 - expected) < 2**-16, (i, within)
 
 
@@ -193,4 +216,4 @@ def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
     assert mixer_digest(BitMixer(3), _grid(300, 3), random_log_weights(300, 3)) == DIGEST
 
 
-DIGEST = "dab53ef4798a1eed62c9ff01175cedd18d18b0eee4f12904f36118b99a5fbabc"  # AMD EPYC (AVX-512), numba 0.68
+DIGEST = "ae924406fc3b22d76a1ad6de65e5283775bd5b5c088a6ad719e442713d292e3c"  # AMD EPYC (AVX-512), numba 0.68

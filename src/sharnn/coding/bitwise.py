@@ -14,7 +14,7 @@ the three, and three APMs refine the result::
     x_{2+i} = st(p_i)                         context i's probability p_i of a 1 here ...
     x_{25+i} = st(p_i) n_i / (n_i + 64)       ... and the same, as sure as its count n_i
     x_48 = st(Q(bit = 1 | c0))                the model's own split, Q its distribution alone
-    s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,bit,i} x_i, s_C = sum_i c_{hash(last 3 bytes),i} x_i
+    s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,c0,i} x_i, s_C = sum_i c_{hash(last 3 bytes),i} x_i
     p = squash(f_{c0,A} s_A + f_{c0,B} s_B + f_{c0,C} s_C)
     p' = (APM1_{prev,c0}(p) + APM2_{hash(last 2 bytes),c0}(p) + 2 APM3_{hash(last 4 bytes),c0}(p)) / 4
     a_i += r(n_A) (y - squash(s_A)) x_i, b_i and c_i likewise;  f_m += lr_f (y - p) s_m
@@ -24,8 +24,9 @@ the three, and three APMs refine the result::
 ``p_i`` is the probability held for context ``i`` and node ``c0``, ``n_i`` how often it has
 been updated (at most :data:`COUNT_LIMIT`); both are 0 (``p_i = 1/2``) where the context has
 not been seen before. A context's 15 nodes of a half byte share a slot (a cache line), in
-one of two places found by its hash and told apart by a 16-bit check; a new one takes the
-place whose half byte has learned less (lpaq's hash table). A weight set learns fast while
+one table for all 23 models (what a model leaves unused, another takes), in one of four
+neighbouring places found by its hash and told apart by a 16-bit check; a new one takes the
+place whose half byte has learned least (lpaq's hash table). A weight set learns fast while
 it is new and settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The
 contexts: the last 1, 2, 3, 4, 5, 6, 8, 12 and 16 bytes; the word; the word and the
 previous byte; the bytes 2 and 3 back; the word and the previous word; the previous word and
@@ -35,7 +36,7 @@ classes of the last six bytes (letter, capital, digit, space, line end, or the b
 word that followed the previous word when it was last seen, with the word so far and the
 previous byte, and the last two bytes that followed the previous two (indirect contexts);
 the column (up to 63) with the last two bytes, and with the word. Mixer A's
-weight set is the node, mixer B's the previous byte and the bit's place, mixer C's 16 bits
+weight set is the node, mixer B's the previous byte and the node, mixer C's 16 bits
 of the hash of the last 3 bytes (one set for all 8 bits of a byte), the final mixer's the
 node.
 
@@ -72,13 +73,13 @@ from .matching import MatchMixer, _squash_points, _stretch
 
 MIXING_VERSION = 3
 CONTEXTS = 23  # the context models of bits (the module's docstring names them)
-SLOT_BITS = 18  # each context model: 2**18 slots of 16 int32, a context's half byte in one of two
-WAYS = 2  # the two places of a context and half byte: a slot and its neighbour (slot ^ 1), told apart by a check
-_EMPTY = 2**SLOT_BITS  # a slot never claimed: all zeros, what a context not seen before reads
+SLOTS = CONTEXTS * 3 << 17  # one table for all contexts (552 MiB): 1.5 * 2**18 slots of 16 int32 per context
+WAYS = 4  # the places of a context's half byte: 4 neighbouring slots (a group), told apart by a check
+_EMPTY = SLOTS  # a slot never claimed: all zeros, what a context not seen before reads
 COUNT_LIMIT = 255  # p_i moves 1/(n + 3/2) of the way to the bit, at least 1/256.5
 CONFIDENCE = 64  # the second input of a context, st(p_i) n_i / (n_i + CONFIDENCE): p_i as sure as its count
 INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, both of each context, the model's split
-_FINAL = 256 + 257 * 8  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, bit place); the final's
+_FINAL = 256 + 257 * 256  # the weight sets: mixer A's (the node), mixer B's (previous byte + 1, node); the final's
 _C = _FINAL + 256  # mixer C's (16 bits of the hash of the last 3 bytes)
 SETS = _C + (1 << 16)
 LEARNING_RATE = 32  # in 1/16: w_i += (x_i (((4096 y - 4096 p) r) >> 4)) >> 14, r = this + BOOST HALF // (n + HALF)
@@ -92,11 +93,12 @@ _APM_ROWS = 1 << 16  # per APM
 _APM_ORDERS = (2, 4)  # the hashed APMs' contexts: the last 2 bytes, the last 4 (contexts 1 and 3)
 _MULTIPLIER = mixing._MULTIPLIER
 _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
+_CONTEXT_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # sets the contexts' slots apart in the one table
 _ORDERS = np.array([1, 2, 3, 4, 5, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
 _ORDER_CONTEXTS = np.array([0, 1, 2, 3, 9, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
 _FOLLOWED = 1 << 16  # the indirect table: the bytes that followed each hash of the last two, then from here ...
 _INDIRECT = 2 * _FOLLOWED  # ... the word that followed each previous word (16 bits of each hash: _followed)
-_STATE = "Tuple((int32[:, :, ::1], int64[:, ::1], uint16[:, ::1], uint64[:, ::1], int64[::1]))"
+_STATE = "Tuple((int32[:, ::1], int64[:, ::1], uint16[:, ::1], uint64[:, ::1], int64[::1]))"
 _TEXT = "Tuple((uint64[::1], uint8[:, ::1], int64, int64[::1], int64[:, ::1]))"  # words, buffer, t, indirect, lines
 _CURVES = "UniTuple(int16[::1], 2)"  # stretch (4096 probabilities) and squash (4095 stretched values)
 _WORK = "Tuple((int64[::1], int64[:, ::1], boolean[::1], int64[::1]))"  # inputs, slots, slots found, sums
@@ -218,28 +220,29 @@ def _slots(tables, contexts, b, c0, depth, work, claim):
     if found[half]:
         return
     for i in range(CONTEXTS):
-        slots[i, half] = _find(tables[i], contexts[b, i], half, claim)
+        slots[i, half] = _find(tables, contexts[b, i], i, half, claim)
     found[half] = True
 
 
 @inline
-def _slot(context, half):
-    """The first of the :data:`WAYS` slots (0 .. 2**SLOT_BITS - 1, even) where a context's
-    hash ``context`` may keep half byte ``half`` (:func:`_half`), and the check (1 .. 2**16
-    - 1) that tells it from the others there."""
-    value = (context + np.uint64(half) * _SLOT_MULTIPLIER) * _MULTIPLIER
+def _slot(context, i, half):
+    """The first of the :data:`WAYS` slots (0 .. SLOTS - 1, a multiple of WAYS) where
+    context model ``i``'s context of hash ``context`` may keep half byte ``half``
+    (:func:`_half`), and the check (1 .. 2**16 - 1) that tells it from the others there."""
+    value = (context + np.uint64(half) * _SLOT_MULTIPLIER + np.uint64(i) * _CONTEXT_MULTIPLIER) * _MULTIPLIER
     value ^= value >> np.uint64(29)
     check = ((value >> np.uint64(24)) & np.uint64(0xFFFF)) | np.uint64(1)
-    return np.int64(value >> np.uint64(64 - SLOT_BITS)) & ~(WAYS - 1), np.int32(check)
+    group = ((value >> np.uint64(32)) * np.uint64(SLOTS)) >> np.uint64(32)  # 32 bits of the hash scaled to SLOTS
+    return np.int64(group) & ~(WAYS - 1), np.int32(check)
 
 
 @inline
-def _find(table, context, half, claim):
-    """The slot of a context model's ``table [2**SLOT_BITS + 1, 16]`` that holds ``context``'s
-    half byte ``half``: the one of its :data:`WAYS` whose entry 0 holds its check. Not
-    there: :data:`_EMPTY`, or with ``claim`` the way whose half byte's first node has
-    learned less (its count), emptied and given the check (lpaq's replacement)."""
-    first, check = _slot(context, half)
+def _find(table, context, i, half, claim):
+    """The slot of ``table [SLOTS + 1, 16]`` that holds context model ``i``'s context of
+    hash ``context``, half byte ``half``: the one of its :data:`WAYS` whose entry 0 holds
+    its check. Not there: :data:`_EMPTY`, or with ``claim`` the way whose half byte's first
+    node has learned less (its count), emptied and given the check (lpaq's replacement)."""
+    first, check = _slot(context, i, half)
     for k in range(WAYS):
         if table[first + k, 0] == check:
             return first + k
@@ -285,10 +288,10 @@ def _node(state, curves, b, c0, cums, work):
     half, within = _half(c0, depth)
     x[0], x[1], x[INPUTS - 1] = stretch[_split(cums[0], c0, depth)], 256, stretch[_split(cums[1], c0, depth)]
     for i in range(CONTEXTS):
-        entry = np.int64(tables[i, slots[i, half], within])
+        entry = np.int64(tables[slots[i, half], within])
         st = stretch[((entry >> 10) + (1 << 21)) >> 10]
         x[2 + i], x[2 + CONTEXTS + i] = st, (st * _SURE[entry & 1023]) >> 12
-    sums[8], sums[9] = c0, 256 + previous[b] * 8 + depth  # mixer A's weight set, mixer B's ...
+    sums[8], sums[9] = c0, 256 + previous[b] * 256 + c0  # mixer A's weight set, mixer B's ...
     sums[10] = _C + np.int64(contexts[b, 2] >> np.uint64(48))  # ... and C's: the last 3 bytes' hash
     final, mixed = weights[_FINAL + c0], 0
     for m in range(3):
@@ -350,9 +353,9 @@ def _fetch(state, b, c0, half, rows):
     tables, _, apm, contexts, _ = state
     if rows:
         for i in range(CONTEXTS):
-            first = i * tables.shape[1] + _slot(contexts[b, i], half)[0]
+            first = _slot(contexts[b, i], i, half)[0]
             for k in range(WAYS):
-                prefetch(tables, (first + k) * tables.shape[2])
+                prefetch(tables, (first + k) * tables.shape[1])
     for j in range(2):
         row = _apm_row(contexts, b, c0, j)
         prefetch(apm, row * apm.shape[1])
@@ -490,10 +493,10 @@ def _learn(state, curves, history, word, text, cums, coded, work):
                 apm[row, point + 1] += ((target - apm[row, point + 1]) * fraction) >> (7 + APM_RATE)
             half, within = _half(c0, depth)
             for i in range(CONTEXTS):
-                entry = np.int64(tables[i, slots[i, half], within])
+                entry = np.int64(tables[slots[i, half], within])
                 p, n = (entry >> 10) + (1 << 21), entry & 1023
                 p += (((y << 22) - p) * _RATES[n]) >> 16
-                tables[i, slots[i, half], within] = ((p - (1 << 21)) << 10) | min(n + 1, COUNT_LIMIT)
+                tables[slots[i, half], within] = ((p - (1 << 21)) << 10) | min(n + 1, COUNT_LIMIT)
             c0 = 2 * c0 + y
         pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1]) & 0xFFFF
         indirect[pair] = ((indirect[pair] << 8) | coded[b]) & 0xFFFF
@@ -506,14 +509,14 @@ def _learn(state, curves, history, word, text, cums, coded, work):
 class BitMixer(MatchMixer):
     """Mixing version 3 for ``streams`` streams, used as :class:`~sharnn.coding.mixing.AdaptiveMixer`:
     :meth:`mix`, then :meth:`update`. Besides version 2's state: :attr:`bits`, the context
-    models of bits (``[CONTEXTS, 2**SLOT_BITS + 1, 16]`` int32: each slot a check, then
+    models of bits (``[SLOTS + 1, 16]`` int32, one table for all: each slot a check, then
     each node's probability and count; the last slot stays empty),
     the mixers' weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s
     indirect table and lines' starts; the running sums of the position's distributions, version 2's and the model's."""
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
-        tables = mixing._small_page_zeros((CONTEXTS, _EMPTY + 1, 16), np.int32)  # zero: p = 1/2, n = 0
+        tables = mixing._small_page_zeros((_EMPTY + 1, 16), np.int32)  # zero: p = 1/2, n = 0
         weights = np.zeros((SETS, INPUTS + 1), np.int64)  # the last column: how often the set has learned
         weights[:, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone ...
         weights[_FINAL:_C, :3] = mixing.WEIGHT_UNIT // 3  # ... and the final one their mean
