@@ -241,7 +241,7 @@ def _find(table, context, i, half, claim):
     """The slot of ``table [SLOTS + 1, 16]`` that holds context model ``i``'s context of
     hash ``context``, half byte ``half``: the one of its :data:`WAYS` whose entry 0 holds
     its check. Not there: :data:`_EMPTY`, or with ``claim`` the way whose half byte's first
-    node has learned less (its count), emptied and given the check (lpaq's replacement)."""
+    node has learned least (its count), emptied and given the check (lpaq's replacement)."""
     first, check = _slot(context, i, half)
     for k in range(WAYS):
         if table[first + k, 0] == check:
