@@ -41,6 +41,8 @@ from common import missing_extra, print_table, write_json
 from compressors import CANTERBURY, WIKITEXT, read_file
 from sharnn.coding import bitwise, matching, mixing
 from sharnn.coding.arithmetic import IntegerPredictor, MixedPredictor, Predictor, walk
+from sharnn.coding.binary import BinaryEncoder
+from sharnn.coding.bitwise import BitMixer
 from sharnn.coding.codec import default_streams, fold_line_ends, looks_binary, stream_lengths
 from sharnn.loading import load_model
 from sharnn.models.inference import inference_step
@@ -84,20 +86,47 @@ class Replay:
 
 
 def ideal_bits(predictor: Predictor, data: bytes) -> float:
-    """The sum of ``-log2 p`` of every byte of ``data`` under ``predictor``, walked as
-    ``sharnn compress`` walks it (:func:`sharnn.coding.arithmetic.walk`), no coder."""
+    """The sum of ``-log2 p`` of every byte of ``data`` under ``predictor`` (of every bit
+    under mixing 3's, which codes bits), walked as ``sharnn compress`` walks it
+    (:func:`sharnn.coding.arithmetic.walk`), no coder."""
     lengths = stream_lengths(len(data), default_streams(len(data)))
-    grid, starts, bits = np.zeros((max(lengths), len(lengths)), dtype=np.int64), np.cumsum([0, *lengths]), [0.0]
+    grid, starts = np.zeros((max(lengths), len(lengths)), dtype=np.int64), np.cumsum([0, *lengths])
     for b, n in enumerate(lengths):
         grid[:n, b] = np.frombuffer(data[starts[b] : starts[b] + n], dtype=np.uint8)
+    coder = IdealCoder(grid)
+    walk(Costed(predictor), lengths, coder)
+    return coder.spent
 
-    def code(t: int, probs: np.ndarray) -> np.ndarray:
-        symbols = grid[t, : len(probs)]
-        bits[0] -= np.log2(probs[np.arange(len(probs)), symbols]).sum()
+
+class IdealCoder:
+    """A walk's encoder (:class:`sharnn.coding.arithmetic.Coder`) that writes nothing and
+    adds up what each byte costs (:attr:`spent`, bits); mixing 3's bits go into a
+    :class:`~sharnn.coding.binary.BinaryEncoder` and are costed by :class:`Costed`."""
+
+    def __init__(self, grid: np.ndarray):
+        self.grid, self.spent, self.bits = grid, 0.0, BinaryEncoder()
+
+    def symbols(self, t: int, k: int) -> np.ndarray:
+        return self.grid[t, :k]
+
+    def code(self, t: int, probs: np.ndarray) -> np.ndarray:
+        symbols = self.grid[t, : len(probs)]
+        self.spent -= np.log2(probs[np.arange(len(probs)), symbols]).sum()
         return symbols
 
-    walk(predictor, lengths, code)
-    return bits[0]
+
+class Costed:
+    """``predictor``, with the probabilities of mixing 3's coded bits added to the coder's cost."""
+
+    def __init__(self, predictor: Predictor):
+        self.predictor = predictor
+
+    def code(self, grid: np.ndarray, t: int, running: int, coder: IdealCoder) -> np.ndarray:
+        coded = self.predictor.code(grid, t, running, coder)
+        mixer = getattr(self.predictor, "mixer", None)
+        if isinstance(mixer, BitMixer):
+            coder.spent -= np.log2(mixer.coded_probabilities[:running] / 65536).sum()
+        return coded
 
 
 def model_alone(model, data: bytes) -> tuple[float, list[torch.Tensor], int]:

@@ -1,14 +1,18 @@
-"""Mixing version 3 (sharnn.coding.bitwise): its tree is a distribution, starts as version 2's
-within the rounding of its units, keeps version 2's split below the threshold, learns a
-text better than version 2, refuses bad bytes without learning, and is pinned by a digest."""
+"""Mixing version 3 (sharnn.coding.bitwise): a decoder repeats its encoder bit for bit and
+the binary coder spends what the bits' probabilities say; at first it codes version 2's
+splits within the rounding of its units, codes version 2's split below the threshold, learns
+a text better than version 2, refuses bad bytes without learning, and is pinned by a digest."""
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import pytest
 
-from helpers import mixer_digest, random_log_weights, text_grid
+from helpers import random_log_weights, text_grid
 from sharnn.coding import bitwise
+from sharnn.coding.binary import BinaryDecoder, BinaryEncoder
 from sharnn.coding.bitwise import BitMixer
 from sharnn.coding.matching import MatchMixer
 from sharnn.models import exact
@@ -20,46 +24,83 @@ def _grid(rows: int, streams: int) -> np.ndarray:
     return text_grid(TEXT, rows, streams)
 
 
+def _code(mixer: BitMixer, weights: np.ndarray, coded) -> np.ndarray:
+    """``mixer`` codes one position's bytes ``coded`` into a fresh encoder."""
+    return mixer.code(weights, BinaryEncoder(), np.asarray(coded))
+
+
 def _bits(mixer, rows: int, streams: int, weights: np.ndarray) -> np.ndarray:
-    """The bits each position of the text costs ``[rows]`` (all streams), coded by ``mixer``."""
-    grid, costs = _grid(rows, streams), []
+    """The bits each position of the text costs ``[rows]`` (all streams), coded by ``mixer``:
+    ``-log2`` of each byte's probability (version 2) or of each bit's (version 3)."""
+    grid, costs, encoder = _grid(rows, streams), [], BinaryEncoder()
     for t in range(rows):
-        probs = mixer.mix(weights[t])
-        costs.append(-np.log2(probs[np.arange(streams), grid[t]]).sum())
-        mixer.update(grid[t])
+        if isinstance(mixer, BitMixer):
+            mixer.code(weights[t], encoder, grid[t])
+            costs.append(-np.log2(mixer.coded_probabilities / 65536).sum())
+        else:
+            costs.append(-np.log2(mixer.mix(weights[t])[np.arange(streams), grid[t]]).sum())
+            mixer.update(grid[t])
     return np.array(costs)
 
 
-def test_the_tree_is_a_distribution_of_positive_probabilities():
-    mixer, weights, grid = BitMixer(3), random_log_weights(50, 3), _grid(50, 3)
-    for t in range(50):
-        probs = mixer.mix(weights[t])
-        assert probs.shape == (3, 256) and (probs > 0).all()
-        np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-12)
-        mixer.update(grid[t])
+def test_a_decoder_repeats_the_encoder_bit_for_bit_and_spends_what_the_bits_say():
+    """Three streams, the last position two: the decoder gives back every byte with the
+    same probabilities, and the coder's bytes are the bits' ideal cost (``-log2`` of each
+    coded probability) within 0.1% and the 8 bits of its end."""
+    rows, weights, grid = 80, random_log_weights(80, 3), _grid(80, 3)
+    encoder, sent, ideal = BinaryEncoder(), BitMixer(3), 0.0
+    probabilities = []
+    for t in range(rows):
+        sent.code(weights[t], encoder, grid[t, : 2 if t == rows - 1 else 3])
+        probabilities.append(sent.coded_probabilities.copy())
+        ideal -= np.log2(sent.coded_probabilities[: 2 if t == rows - 1 else 3] / 65536).sum()
+    payload = encoder.finish()
+    decoder, received = BinaryDecoder(payload), BitMixer(3)
+    for t in range(rows):
+        k = 2 if t == rows - 1 else 3
+        np.testing.assert_array_equal(received.code(weights[t], decoder, k), grid[t, :k])
+        np.testing.assert_array_equal(received.coded_probabilities, probabilities[t])
+    assert ideal <= 8 * len(payload) <= 1.001 * ideal + 8, (8 * len(payload), ideal)
 
 
-def test_at_first_it_gives_version_2s_distribution_within_its_units():
+def test_a_decoder_that_reads_past_the_end_refuses():
+    encoder, mixer = BinaryEncoder(), BitMixer(1)
+    for byte in b"abc":
+        mixer.code(np.zeros((1, 256), np.int64), encoder, [byte])
+    decoder, mixer = BinaryDecoder(encoder.finish()[:1]), BitMixer(1)
+    with pytest.raises(ValueError, match="out of data"):
+        for _ in range(40):
+            mixer.code(np.zeros((1, 256), np.int64), decoder, 1)
+
+
+def test_at_first_it_codes_version_2s_distribution_within_its_units():
     """Every weight but version 2's input is 0, the context models hold 1/2, the APM is the
     identity: each split is version 2's, rounded to 2**-12 and through the stretch and
-    squash tables, so each likely byte keeps its probability within a few percent."""
+    squash tables, so the first stream's likeliest byte keeps its probability within a few
+    percent (the second stream's bits read what the first's have learned)."""
     weights = random_log_weights(1, 2)[0]
-    byte_probs, probs = MatchMixer(2).mix(weights), BitMixer(2).mix(weights)
-    likely = byte_probs > 0.01
-    assert likely.any()
-    np.testing.assert_allclose(probs[likely], byte_probs[likely], rtol=0.05)
+    byte_probs, mixer = MatchMixer(2).mix(weights), BitMixer(2)
+    _code(mixer, weights, byte_probs.argmax(axis=1))
+    assert abs((mixer.coded_probabilities[0] / 65536).prod() / byte_probs[0].max() - 1) < 0.05
 
 
-def test_below_the_threshold_version_2s_split_is_kept():
-    """A model sure of one byte: every other half byte's mass lies under 2**-8, so within
-    such a node the bytes keep version 2's proportions exactly (up to float rounding)."""
+def test_below_the_threshold_version_2s_split_is_coded():
+    """A model sure of one byte: the root's split is surer than 2**-12 can say and every
+    node under the first bit 1 holds less than 2**-8 of version 2's mass, so each bit of a
+    byte there is coded with version 2's own split, in 2**-16."""
     weights = np.zeros((1, 256), np.int64)
     weights[0, ord("e")] = 40 * exact.EXP_RESOLUTION  # e**40 times the others
-    byte_probs, probs = MatchMixer(1).mix(weights)[0], BitMixer(1).mix(weights)[0]
-    assert byte_probs[ord("e")] > 0.99
-    low = np.arange(128, 256)  # the node "first bit 1": 'e' is 0x65, so its mass is all but 'e's
-    assert byte_probs[low].sum() < 2.0**-bitwise.THRESHOLD_BITS
-    np.testing.assert_allclose(probs[low] / probs[low].sum(), byte_probs[low] / byte_probs[low].sum(), rtol=1e-12)
+    byte_probs, mixer, byte = MatchMixer(1).mix(weights)[0], BitMixer(1), 200
+    assert byte_probs[ord("e")] > 0.99 and byte_probs[128:].sum() < 2.0**-bitwise.THRESHOLD_BITS
+    _code(mixer, weights, [byte])
+    for depth in range(8):
+        node = (byte | 256) >> (8 - depth)  # c0: the bits decided so far with a leading 1
+        width = 1 << (8 - depth)
+        low = (node - (1 << depth)) * width
+        total, one = byte_probs[low : low + width].sum(), byte_probs[low + width // 2 : low + width].sum()
+        split = min(max(int(one / total * 65536), 1), 65535)
+        expected = split if (byte >> (7 - depth)) & 1 else 65536 - split
+        assert abs(int(mixer.coded_probabilities[0, depth]) - expected) <= 1, depth
 
 
 def test_the_bits_learn_a_text_better_than_version_2():
@@ -71,26 +112,25 @@ def test_the_bits_learn_a_text_better_than_version_2():
 
 
 def test_bad_bytes_are_refused_and_nothing_is_learnt():
-    mixer, weights = BitMixer(2), random_log_weights(2, 2)
-    before = mixer.mix(weights[0])
+    mixer, weights, encoder = BitMixer(2), random_log_weights(2, 2), BinaryEncoder()
     state = [array.copy() for array in mixer.bits]
     for coded in (np.array([1, 256]), np.array([1, 2, 3]), np.array([[1, 2]])):
         with pytest.raises(ValueError, match="coded must be"):
-            mixer.update(coded)
-    assert all(np.array_equal(a, b) for a, b in zip(state, mixer.bits))
-    np.testing.assert_array_equal(mixer.mix(weights[0]), before)
-    with pytest.raises(RuntimeError, match="mix"):
-        BitMixer(1).update(np.array([1]))
+            mixer.code(weights[0], encoder, coded)
+    assert all(np.array_equal(a, b) for a, b in zip(state, mixer.bits)) and encoder.bits == 0
+    with pytest.raises(TypeError, match="bit by bit"):
+        mixer.mix(weights[0])
+    with pytest.raises(TypeError, match="learns as it codes"):
+        mixer.update(np.array([1]))
 
 
 def test_the_lines_and_the_indirect_table_follow_the_text():
     """After "ab\ncb\nef cd ": the current line starts at byte 6, the one before at 3 (the
     byte above a position is read there); the bytes that followed "b\n" are c, then e; and
     the word that followed "ef" is "cd" (by 16 bits of "ef"'s hash)."""
-    mixer = BitMixer(1)
+    mixer, encoder = BitMixer(1), BinaryEncoder()
     for byte in b"ab\ncb\nef cd ":
-        mixer.mix(np.zeros((1, 256), np.int64))
-        mixer.update(np.array([byte]))
+        mixer.code(np.zeros((1, 256), np.int64), encoder, [byte])
     assert mixer.lines[0].tolist() == [6, 3]
     pair = ((ord("\n") + 1) * 257 + ord("b") + 1) & 0xFFFF  # the last two bytes, each + 1
     assert mixer.indirect[pair] == (ord("c") << 8) | ord("e")
@@ -103,8 +143,7 @@ def test_each_weight_set_counts_what_it_learned():
     on its path after the previous byte, have learned once; mixer C's one set, chosen by the
     last 3 bytes before it, 8 times (once a bit); no other set."""
     mixer, byte = BitMixer(1), ord("e")
-    mixer.mix(np.zeros((1, 256), np.int64))
-    mixer.update(np.array([byte]))
+    _code(mixer, np.zeros((1, 256), np.int64), [byte])
     counts = mixer.bits[1][:, bitwise.INPUTS]
     path = [(byte | 256) >> (8 - depth) for depth in range(8)]  # c0 of each node: 1, then the bits with a leading 1
     previous = int(mixer.history[0, 1])  # the byte before, + 1 (the start byte's)
@@ -122,8 +161,7 @@ def test_a_new_weight_set_learns_faster_than_a_settled_one():
         mixer = BitMixer(1)
         mixer.bits[1][:, bitwise.INPUTS] = count
         before = mixer.bits[1][1, : bitwise.INPUTS].copy()  # mixer A's set of the root (c0 = 1)
-        mixer.mix(np.zeros((1, 256), np.int64))
-        mixer.update(np.array([ord("e")]))
+        _code(mixer, np.zeros((1, 256), np.int64), [ord("e")])
         moves.append(np.abs(mixer.bits[1][1, : bitwise.INPUTS] - before).sum())
     expected = (bitwise.LEARNING_RATE + bitwise.BOOST) / bitwise.LEARNING_RATE
     assert moves[1] > 0 and 0.9 * expected < moves[0] / moves[1] < 1.1 * expected, moves
@@ -181,7 +219,7 @@ def test_a_contexts_second_input_is_its_stretched_probability_as_sure_as_its_cou
     1/256: a context seen often says what it says; one seen once, a little of it; one not
     seen before, nothing (p_i = 1/2)."""
     mixer = BitMixer(1)
-    mixer.mix(np.zeros((1, 256), np.int64))  # the contexts of the first position
+    bitwise._hash_contexts(mixer.history, mixer.word, 0, mixer.bits[3], mixer.text)  # the first position's contexts
     tables, contexts = mixer.bits[0], mixer.bits[3]
     stretch = mixer._curves[0]
     cases = {0: (1, 3), 1: (2_900_000, 1), 2: (200_000, 40), 3: (4_000_000, 255)}  # context: (p_i in 2**-22, n_i)
@@ -201,8 +239,7 @@ def test_a_contexts_probability_moves_one_over_its_count_and_a_half_towards_each
     """p_i += (y - p_i) / (n_i + 3/2): from 1/2 a first 0 makes it 1/6 and a first 1 5/6
     (within the table's 2**-16), and the count is 1, in every context seen for the first time."""
     mixer, byte = BitMixer(1), ord("e")  # 0b01100101: the root's bit is 0, the next node's 1
-    mixer.mix(np.zeros((1, 256), np.int64))
-    mixer.update(np.array([byte]))
+    _code(mixer, np.zeros((1, 256), np.int64), [byte])
     tables, contexts = mixer.bits[0], mixer.bits[3]
     for i in range(bitwise.CONTEXTS):
         slot = bitwise._find(tables, contexts[0, i], i, 0, False)
@@ -212,8 +249,17 @@ def test_a_contexts_probability_moves_one_over_its_count_and_a_half_towards_each
             assert entry & 1023 == 1 and abs(((entry >> 10) + (1 << 21)) / 2**22 - expected) < 2**-16, (i, within)
 
 
-def test_version_3_is_pinned_by_a_digest_of_its_probabilities():
-    assert mixer_digest(BitMixer(3), _grid(300, 3), random_log_weights(300, 3)) == DIGEST
+def test_version_3_is_pinned_by_a_digest_of_its_probabilities_and_its_bytes():
+    """Every bit's coded probability and the coder's bytes, walking 300 positions of 3
+    streams (the last position 2)."""
+    rows, weights, grid = 300, random_log_weights(300, 3), _grid(300, 3)
+    mixer, encoder, digest = BitMixer(3), BinaryEncoder(), hashlib.sha256()
+    for t in range(rows):
+        k = 2 if t == rows - 1 else 3
+        mixer.code(weights[t], encoder, grid[t, :k])
+        digest.update(mixer.coded_probabilities[:k].tobytes())
+    digest.update(encoder.finish())
+    assert digest.hexdigest() == DIGEST
 
 
-DIGEST = "ae924406fc3b22d76a1ad6de65e5283775bd5b5c088a6ad719e442713d292e3c"  # AMD EPYC (AVX-512), numba 0.68
+DIGEST = "323cb46e7ca2d6fe20193af1fbe865214b4330f37099c0468ae2d057531f9300"  # AMD EPYC (AVX-512), numba 0.68

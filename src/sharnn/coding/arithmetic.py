@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from ..models.build import LanguageModel
 from ..models.inference import inference_step
 from ..models.integer_step import INTEGER_STEP_VERSION
 from ..progress import ProgressDisplay
+from .binary import BinaryDecoder, BinaryEncoder
 from .bitwise import BitMixer
 from .container import FORWARD_VERSIONS, Header
 from .matching import MatchMixer
@@ -44,6 +45,20 @@ START_BYTE = 10  # every stream starts after a newline
 PROGRESS_EVERY = 256  # positions between progress updates
 MIXINGS = (1, 2, 3)  # the mixing versions this sharnn decodes (sharnn.coding.mixing, .matching, .bitwise)
 DEFAULT_MIXING = 3  # what compress writes (docs/compression.md, "Adapting to the file")
+
+
+class Coder(Protocol):
+    """The coder a walk codes through, either direction (:mod:`sharnn.coding.codec`'s):
+    ``code(t, probs [k, 256])`` codes the ``k`` bytes of position ``t`` with their
+    distributions (encodes them, or decodes them) and returns them ``[k]``; ``bits``, the
+    binary coder of the bit-by-bit mixing (:mod:`sharnn.coding.binary`); ``symbols(t, k)``
+    the ``k`` bytes to encode at ``t`` (an encoder), or ``k`` (a decoder: to be decoded)."""
+
+    bits: BinaryEncoder | BinaryDecoder
+
+    def code(self, t: int, probs: np.ndarray) -> np.ndarray: ...
+
+    def symbols(self, t: int, k: int) -> np.ndarray | int: ...
 
 
 @dataclass(frozen=True)
@@ -116,6 +131,12 @@ class Arithmetic:
         return "float"
 
     @property
+    def bitwise(self) -> bool:
+        """Whether its bytes are coded bit by bit (mixing 3: :mod:`sharnn.coding.binary`),
+        else each byte with its distribution (constriction's range coder)."""
+        return self.mixing == 3
+
+    @property
     def portable(self) -> bool:
         """Whether its files decode on every CPU kind and thread count (the integer step)."""
         return self.precision == "integer"
@@ -157,6 +178,14 @@ class Predictor(ABC):
     def learn(self, coded: np.ndarray) -> None:  # noqa: B027 (a default, not abstract: most predictors learn nothing)
         """Nothing to learn: the model is fixed."""
 
+    def code(self, grid: np.ndarray, t: int, running: int, coder: Coder) -> np.ndarray:
+        """Code position ``t`` of the first ``running`` streams through ``coder``, learn
+        the bytes, and return them ``[running]``: :meth:`predict`, the coder's categorical
+        coding of each byte, :meth:`learn`."""
+        coded = coder.code(t, self.predict(grid, t)[:running])
+        self.learn(coded)
+        return coded
+
 
 class FloatPredictor(Predictor):
     """A float step (the model's forward, or the SHA-RNN's step in fp32 or bf16) and a
@@ -194,6 +223,12 @@ class MixedPredictor(Predictor):
     def learn(self, coded: np.ndarray) -> None:
         self.mixer.update(coded)
 
+    def code(self, grid: np.ndarray, t: int, running: int, coder: Coder) -> np.ndarray:
+        if not isinstance(self.mixer, BitMixer):
+            return super().code(grid, t, running, coder)
+        weights = self.flat if not self.model_input else self.step.log_weights(self.logits(grid, t))
+        return self.mixer.code(weights, coder.bits, coder.symbols(t, running))
+
 
 class OnlinePredictor(Predictor):
     """Online mode: ``inner`` (forward or float) predicts; every ``bptt`` positions the
@@ -217,13 +252,13 @@ class OnlinePredictor(Predictor):
 def walk(
     predictor: Predictor,
     lengths: list[int],
-    code: Callable[[int, np.ndarray], np.ndarray],
+    coder: Coder,
     progress: ProgressDisplay | None = None,
 ) -> np.ndarray:
     """Walk the streams of ``lengths`` bytes in lockstep, one position at a time, for both
-    directions: at position ``t``, ``code(t, probs)`` codes the bytes of the ``k`` streams
-    still running (``probs [k, 256]`` float64: encodes them, or decodes them) and returns
-    them ``[k]``; the predictor then learns them. ``progress`` is given the fraction done.
+    directions: at position ``t`` the predictor codes the bytes of the ``k`` streams still
+    running through ``coder`` (encodes them, or decodes them: :meth:`Predictor.code`) and
+    learns them. ``progress`` is given the fraction done.
 
     Returns:
         ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
@@ -233,10 +268,8 @@ def walk(
     grid[0] = START_BYTE
     longer = lengths.count(rows)  # the streams one byte longer than the rest, which come first
     for t in range(rows):
-        probs = predictor.predict(grid, t)
         running = longer if t == rows - 1 else len(lengths)
-        grid[t + 1, :running] = code(t, probs[:running])
-        predictor.learn(grid[t + 1, :running])
+        grid[t + 1, :running] = predictor.code(grid, t, running, coder)
         if progress is not None and t % PROGRESS_EVERY == 0:
             progress.update(t / rows)
     return grid[1:].astype(np.uint8)

@@ -17,6 +17,7 @@ the three, and three APMs refine the result::
     s_A = sum_i a_{c0,i} x_i, s_B = sum_i b_{prev,c0,i} x_i, s_C = sum_i c_{hash(last 3 bytes),i} x_i
     p = squash(f_{c0,A} s_A + f_{c0,B} s_B + f_{c0,C} s_C)
     p' = (APM1_{prev,c0}(p) + APM2_{hash(last 2 bytes),c0}(p) + 2 APM3_{hash(last 4 bytes),c0}(p)) / 4
+    the bit y is coded with p' (:mod:`sharnn.coding.binary`), then every model learns it:
     a_i += r(n_A) (y - squash(s_A)) x_i, b_i and c_i likewise;  f_m += lr_f (y - p) s_m
     r(n) = lr + boost h / (n + h)             n: how often the weight set has learned
     p_i += (y - p_i) / (n_i + 3/2)
@@ -40,24 +41,24 @@ weight set is the node, mixer B's the previous byte and the node, mixer C's 16 b
 of the hash of the last 3 bytes (one set for all 8 bits of a byte), the final mixer's the
 node.
 
-The coder codes bytes, so each position's distribution is the tree's: ``p(s)`` is the
-product of the 8 refined probabilities on ``s``'s path. A node that ``P`` gives less than
-``2**-THRESHOLD_BITS``, or splits beyond 1/4096 of 0 or 1, keeps ``P``'s own split
-(measured: about 32 nodes per byte of alice29 are refined instead of 255, for 0.04% of its
-size). After coding, every node on the coded byte's path learns, the streams one after
-the other.
+A position codes each stream's byte bit by bit, stream after stream: each node on the
+byte's path is predicted, its bit coded, and the node learns it before the next is
+predicted (so a stream's bits read what the streams before it learned at this position).
+A node to which ``P`` gives less than ``2**-THRESHOLD_BITS`` of its mass, and every node
+under it, or one that ``P`` splits beyond 1/4096 of 0 or 1, is coded with ``P``'s own
+split instead of ``p'`` (in 2**-16); every node on the path learns.
 
 Every number of the models, mixers and APMs is an integer (probabilities in units of
-2**-12, the context models' in 2**-22, weights in 2**-16, stretched values in 1/256); the
-split of ``P`` and the tree's products are float64 in a fixed order, exactly rounded on
-every machine (no fused operations): the compiled core's rules. The APMs' points (0 ..
+2**-12, the context models' in 2**-22, weights in 2**-16, stretched values in 1/256); ``P``'s
+running sums and splits are float64 in a fixed order, exactly rounded on every machine
+(no fused operations): the compiled core's rules. The APMs' points (0 ..
 65535, and an update only moves a point towards 0 or 65535) are kept as uint16 and the
 stretch and squash tables (within ±2047 and 1 .. 4095) as int16, all read into int64: a
-quarter of the memory, the same numbers (measured: the mix 12% faster). Which nodes are
-refined depends on ``P`` alone, so a position first plans every stream's tree and asks
-the memory for all the rows those nodes will read (:func:`_plan`, a hint: no number
-changes), then refines them; the node and its helpers are compiled into the kernels that
-call them (:func:`sharnn.compiled.inline`).
+quarter of the memory, the same numbers (measured: the mix 12% faster). A stream's first half
+byte's rows are asked from the memory before any stream is coded, the second's once its
+first 4 bits are known, and each node's two children's weight sets before the node is
+computed (:func:`~sharnn.compiled.prefetch`, a hint: no number changes); the node and its
+helpers are compiled into the kernel that calls them (:func:`sharnn.compiled.inline`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ from functools import cache
 import numpy as np
 
 from ..compiled import inline, kernel, prefetch
-from . import mixing
+from . import binary, mixing
+from .binary import BinaryDecoder, BinaryEncoder
 from .matching import MatchMixer, _squash_points, _stretch
 
 MIXING_VERSION = 3
@@ -369,135 +371,95 @@ def _apm_row(contexts, b, c0, j):
     return (1 + j) * _APM_ROWS + np.int64(hashed >> np.uint64(48))
 
 
-_UNDER, _KEPT, _SPLIT, _REFINED, _OPEN = 0, 1, 2, 3, 4  # what _plan makes of each node (_OPEN: not yet)
+@inline
+def _coded_probability(cum, c0, depth, p, under):
+    """The probability of a 1 (2**-16) that node ``c0``'s bit is coded with, and whether
+    the node lies under one to which ``P`` gives less than ``2**-THRESHOLD_BITS`` (``under``:
+    its parent does): there, or where ``P`` is surer than 2**-12 can say, ``P``'s own split
+    (``cum [257]``: the running sums of ``P``); elsewhere the refined ``p`` (2**-12)."""
+    total, one = _masses(cum, c0, depth)[2:]
+    under = under or total < 2.0**-THRESHOLD_BITS
+    if under or one * 4096 < total or one * 4096 > total * 4095:
+        split = np.int64(one / total * 65536) if total > 0 else 32768
+        return min(max(split, 1), 65535), under
+    return p << 4, under
 
 
-@kernel(f"void({_STATE}, float64[::1], int64, int8[::1])")
-def _plan(state, cum, b, kinds):
-    """Which of stream ``b``'s nodes its tree refines, from version 2's running sums ``cum
-    [257]`` alone, into ``kinds [256]``: :data:`_UNDER` a kept node, :data:`_KEPT` (under
-    ``P``'s mass ``2**-THRESHOLD_BITS``: its bytes keep ``P``'s proportions), :data:`_SPLIT`
-    (``P`` surer than the units of 2**-12 can say: ``P``'s split), or :data:`_REFINED`; the
-    rows that the refined nodes read are asked for at once (:func:`_fetch`)."""
-    fetched, threshold = 0, 2.0**-THRESHOLD_BITS  # the half bytes whose rows are asked for (a bit each)
-    kinds[:] = _OPEN
-    for c0 in range(1, 256):  # parents before children
-        if kinds[c0] == _UNDER:
-            if c0 < 128:
-                kinds[2 * c0] = kinds[2 * c0 + 1] = _UNDER
-            continue
-        depth = _DEPTHS[c0]
-        total, one = _masses(cum, c0, depth)[2:]
-        if total < threshold:
-            kinds[c0] = _KEPT
-            if c0 < 128:
-                kinds[2 * c0] = kinds[2 * c0 + 1] = _UNDER
-        elif one * 4096 < total or one * 4096 > total * 4095:
-            kinds[c0] = _SPLIT
-        else:
-            kinds[c0] = _REFINED
-            half = _half(c0, depth)[0]
-            _fetch(state, b, c0, half, not (fetched >> half) & 1)
-            fetched |= 1 << half
+@inline
+def _learn_node(state, curves, b, c0, depth, y, work):
+    """Stream ``b``'s node ``c0`` learns its bit ``y`` from what :func:`_node` left in
+    ``work``: mixers A's, B's and C's weight sets and the final one, the APMs' points, the
+    context models' probabilities and counts."""
+    tables, weights, apm, _, _ = state
+    squash = curves[1]
+    x, slots, _, sums = work
+    final = weights[_FINAL + c0]
+    error = ((y << 12) - sums[3]) * FINAL_RATE
+    for m in range(3):
+        final[m] += (_clip(sums[m]) * error) >> 14
+    for m in range(3):
+        w = weights[sums[8 + m]]
+        rate = LEARNING_RATE + BOOST * HALF // (w[INPUTS] + HALF)
+        w[INPUTS] = min(w[INPUTS] + 1, 1 << 20)
+        error = (((y << 12) - _squash(sums[m] >> 16, squash)) * rate) >> 4
+        for i in range(INPUTS):
+            w[i] += (x[i] * error) >> 14
+    point, fraction, target = sums[4] >> 7, sums[4] & 127, 65535 * y
+    for j in range(3):
+        row = sums[5 + j]
+        apm[row, point] += ((target - apm[row, point]) * (128 - fraction)) >> (7 + APM_RATE)
+        apm[row, point + 1] += ((target - apm[row, point + 1]) * fraction) >> (7 + APM_RATE)
+    half, within = _half(c0, depth)
+    for i in range(CONTEXTS):
+        entry = np.int64(tables[slots[i, half], within])
+        p, n = (entry >> 10) + (1 << 21), entry & 1023
+        p += (((y << 22) - p) * _RATES[n]) >> 16
+        tables[slots[i, half], within] = ((p - (1 << 21)) << 10) | min(n + 1, COUNT_LIMIT)
 
 
-@kernel(
-    f"void({_STATE}, {_CURVES}, float64[::1], float64[:, ::1], int64, int8[::1], {_WORK}, float64[::1])", allocates=True
-)
-def _tree(state, curves, byte_probs, cums, b, kinds, work, probs):
-    """Stream ``b``'s distribution ``probs [256]``: the tree of refined splits over
-    ``byte_probs [256]`` (version 2's; ``cums [2, 257]`` its running sums and the model's)
-    where ``kinds [256]`` (:func:`_plan`) says, ``P``'s splits elsewhere."""
-    mass = np.zeros(512)  # the tree's probability of each node (the leaves from 256)
-    mass[1] = 1.0
-    for c0 in range(1, 256):
-        if kinds[c0] == _UNDER:
-            continue
-        depth = _DEPTHS[c0]
-        low, width, total, one = _masses(cums[0], c0, depth)
-        if kinds[c0] == _KEPT:
-            scale = mass[c0] / total
-            for s in range(low, low + width):
-                probs[s] = byte_probs[s] * scale
-            continue
-        if kinds[c0] == _SPLIT:
-            mass[2 * c0 + 1] = mass[c0] * (one / total)
-            mass[2 * c0] = mass[c0] * ((total - one) / total)
-        else:
-            p = _node(state, curves, b, c0, cums, work)
-            mass[2 * c0 + 1] = mass[c0] * (p / 4096.0)
-            mass[2 * c0] = mass[c0] * ((4096 - p) / 4096.0)
-        if c0 >= 128:
-            probs[2 * c0 - 256], probs[2 * c0 + 1 - 256] = mass[2 * c0], mass[2 * c0 + 1]
+_ARRAYS = "float64[:, ::1], float64[:, :, ::1]"  # version 2's distribution, the running sums
+_CODER = "int64[::1], uint8[::1], int64[::1], int64[:, ::1], boolean"  # state, buffer, bytes, probabilities, decode
 
 
-_ARRAYS = "float64[:, ::1], float64[:, :, ::1], float64[:, ::1]"  # version 2's distribution, the running sums, probs
-
-
-@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, {_ARRAYS}, {_WORK})", allocates=True)
-def _mix(state, curves, history, word, text, byte_probs, cums, probs, work):
-    """Every stream's distribution ``probs [B, 256]`` (:func:`_tree`) from version 2's
-    ``byte_probs [B, 256]`` and the model's running sums ``cums [B, 1]``; leaves in
-    ``cums [B, 0]`` version 2's, and each stream's contexts and previous byte in ``state``,
-    for :func:`_learn`."""
-    contexts, previous = state[3], state[4]
-    kinds = np.empty((byte_probs.shape[0], 256), np.int8)
-    for b in range(byte_probs.shape[0]):  # every stream's rows asked for before any is read
+@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, {_ARRAYS}, {_WORK}, {_CODER})")
+def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buffer, coded, probabilities, decode):
+    """Code the bytes ``coded [k]`` of the first ``k`` streams (or, with ``decode``, decode
+    them into it) bit by bit, stream after stream, through the binary coder ``coder
+    [4]``, ``buffer`` (:mod:`sharnn.coding.binary`): each bit's node refines version 2's
+    ``byte_probs [B, 256]`` (:func:`_node`, ``cums [B, 1]`` the model's running sums; their
+    ``[B, 0]`` are version 2's, written here), is coded with :func:`_coded_probability`,
+    recorded in ``probabilities [B, 8]`` (2**-16, of the bit coded), and learns it
+    (:func:`_learn_node`); then the indirect table (the word ``word [B]`` that a byte ends
+    follows the previous one) and the lines' starts (``text``) learn the byte."""
+    tables, weights, _, contexts, previous = state
+    words, _, t, indirect, lines = text
+    for b in range(len(coded)):  # every stream's first rows asked for before any is read
         _hash_contexts(history, word, b, contexts, text)
         previous[b] = np.int64(history[b, 0])
         _running_sums(byte_probs[b], cums[b, 0])
-        _plan(state, cums[b, 0], b, kinds[b])
-    for b in range(byte_probs.shape[0]):
-        work[2][:] = False
-        _tree(state, curves, byte_probs[b], cums[b], b, kinds[b], work, probs[b])
-
-
-@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, float64[:, :, ::1], int64[::1], {_WORK})")
-def _learn(state, curves, history, word, text, cums, coded, work):
-    """Every node on the path of each of the first ``k`` streams' bytes ``coded [k]``
-    learns, stream after stream: mixers A's, B's and C's weight sets and the final one,
-    the APMs' points, the context models' probabilities and counts (in slots claimed for
-    the contexts not seen before, :func:`_find`); then the indirect table (the word ``word
-    [B]`` that a byte ends follows the previous one) and the lines' starts (``text``)."""
-    tables, weights, apm, contexts, _ = state
-    squash, (words, _, t, indirect, lines) = curves[1], text
-    x, slots, _, sums = work
-    for b in range(len(coded)):  # every stream's rows asked for before any is read
-        c0 = 1
-        for depth in range(8):
-            _fetch(state, b, c0, _half(c0, depth)[0], depth % 4 == 0)
-            c0 = 2 * c0 + ((coded[b] >> (7 - depth)) & 1)
+        _fetch(state, b, 1, 0, True)
     for b in range(len(coded)):
-        cum = cums[b]  # version 2's running sums and the model's, as mix left them
         work[2][:] = False
-        c0 = 1
+        c0, under = 1, False
         for depth in range(8):
-            y = (coded[b] >> (7 - depth)) & 1
+            if depth < 7:
+                for child in range(2 * c0, 2 * c0 + 2):
+                    for row in (child, 256 + previous[b] * 256 + child):
+                        for line in range(0, INPUTS + 1, 8):
+                            prefetch(weights, row * weights.shape[1] + line)
             _slots(tables, contexts, b, c0, depth, work, True)  # claimed where a context is new
-            _node(state, curves, b, c0, cum, work)
-            final = weights[_FINAL + c0]
-            error = ((y << 12) - sums[3]) * FINAL_RATE
-            for m in range(3):
-                final[m] += (_clip(sums[m]) * error) >> 14
-            for m in range(3):
-                w = weights[sums[8 + m]]
-                rate = LEARNING_RATE + BOOST * HALF // (w[INPUTS] + HALF)
-                w[INPUTS] = min(w[INPUTS] + 1, 1 << 20)
-                error = (((y << 12) - _squash(sums[m] >> 16, squash)) * rate) >> 4
-                for i in range(INPUTS):
-                    w[i] += (x[i] * error) >> 14
-            point, fraction, target = sums[4] >> 7, sums[4] & 127, 65535 * y
-            for j in range(3):
-                row = sums[5 + j]
-                apm[row, point] += ((target - apm[row, point]) * (128 - fraction)) >> (7 + APM_RATE)
-                apm[row, point + 1] += ((target - apm[row, point + 1]) * fraction) >> (7 + APM_RATE)
-            half, within = _half(c0, depth)
-            for i in range(CONTEXTS):
-                entry = np.int64(tables[slots[i, half], within])
-                p, n = (entry >> 10) + (1 << 21), entry & 1023
-                p += (((y << 22) - p) * _RATES[n]) >> 16
-                tables[slots[i, half], within] = ((p - (1 << 21)) << 10) | min(n + 1, COUNT_LIMIT)
+            p, under = _coded_probability(cums[b, 0], c0, depth, _node(state, curves, b, c0, cums[b], work), under)
+            if decode:
+                y = binary.decode_bit(coder, buffer, p)
+            else:
+                y = (coded[b] >> (7 - depth)) & 1
+                binary.encode_bit(coder, buffer, y, p)
+            probabilities[b, depth] = p if y else 65536 - p
+            _learn_node(state, curves, b, c0, depth, y, work)
             c0 = 2 * c0 + y
+            if depth == 3:
+                _fetch(state, b, c0, _half(c0, 4)[0], True)
+        coded[b] = c0 - 256
         pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1]) & 0xFFFF
         indirect[pair] = ((indirect[pair] << 8) | coded[b]) & 0xFFFF
         if word[b] != np.uint64(0) and not mixing._letter(coded[b]):  # a word ends: it followed the previous one
@@ -507,12 +469,14 @@ def _learn(state, curves, history, word, text, cums, coded, work):
 
 
 class BitMixer(MatchMixer):
-    """Mixing version 3 for ``streams`` streams, used as :class:`~sharnn.coding.mixing.AdaptiveMixer`:
-    :meth:`mix`, then :meth:`update`. Besides version 2's state: :attr:`bits`, the context
-    models of bits (``[SLOTS + 1, 16]`` int32, one table for all: each slot a check, then
-    each node's probability and count; the last slot stays empty),
-    the mixers' weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s
-    indirect table and lines' starts; the running sums of the position's distributions, version 2's and the model's."""
+    """Mixing version 3 for ``streams`` streams: :meth:`code` codes a position's bytes bit
+    by bit through a binary coder (:mod:`sharnn.coding.binary`). Besides version 2's state
+    (whose :meth:`mix` and :meth:`update` it runs inside :meth:`code`): :attr:`bits`, the
+    context models of bits (``[SLOTS + 1, 16]`` int32, one table for all: each slot a
+    check, then each node's probability and count; the last slot stays empty), the mixers'
+    weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s indirect
+    table and lines' starts; :attr:`coded_probabilities` ``[B, 8]``, the probability
+    (2**-16) each bit of the last position's bytes was coded with."""
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
@@ -525,6 +489,7 @@ class BitMixer(MatchMixer):
         self.bits = (tables, weights, apm, contexts, previous)
         self.indirect, self.lines = np.zeros(_INDIRECT, np.int64), np.zeros((streams, 2), np.int64)
         self.lines[:, 1] = -1  # no line before the first
+        self.coded_probabilities = np.zeros((streams, 8), np.int64)
         self._curves = (_stretch().astype(np.int16), _squash_table().astype(np.int16))
         self._cums = np.zeros((streams, 2, 257), np.float64)  # the position's running sums: version 2's, the model's
         self._work = _work()
@@ -534,14 +499,50 @@ class BitMixer(MatchMixer):
         """What the contexts of text read (:data:`_TEXT`)."""
         return self.previous, self.match[0], self.position, self.indirect, self.lines
 
-    def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
-        byte_probs, probs = super().mix(model_log_weights), np.empty((self.streams, 256), dtype=np.float64)
+    def code(
+        self, model_log_weights: np.ndarray, coder: BinaryEncoder | BinaryDecoder, coded: np.ndarray | int
+    ) -> np.ndarray:
+        """Code a position: the bytes ``coded [k]`` of the first ``k`` streams into the
+        ``coder`` (a :class:`~sharnn.coding.binary.BinaryEncoder`), or ``k`` bytes out of
+        it (a :class:`~sharnn.coding.binary.BinaryDecoder`), with the model's
+        ``model_log_weights [B, 256]`` (as :meth:`~sharnn.coding.mixing.AdaptiveMixer.mix`
+        takes them); every model learns them.
+
+        Returns:
+            The ``k`` bytes coded, int64.
+
+        Raises:
+            ValueError: ``model_log_weights`` not ``[B, 256]``; ``coded`` not ``[k <= B]``
+                bytes (nothing is coded or learned); from a decoder, bits that run past
+                its end.
+        """
+        byte_probs = super().mix(model_log_weights)
+        decode = isinstance(coder, BinaryDecoder)
+        if decode:
+            coded = np.zeros(min(int(coded), self.streams), np.int64)
+        else:
+            coded = np.array(coded, dtype=np.int64)
+            if coded.ndim != 1 or not mixing._codable(coded, self.streams):
+                raise ValueError(f"coded must be [k <= {self.streams}] bytes, not {coded!r}")
+            coder.reserve(8 * len(coded))
         _model_sums(self._model, self._logs[2], self._cums)
-        _mix(self.bits, self._curves, self.history, self.word, self.text, byte_probs, self._cums, probs, self._work)
-        return probs
+        arrays = (self.history, self.word, self.text, byte_probs, self._cums, self._work)
+        _code(self.bits, self._curves, *arrays, coder.state, coder.buffer, coded, self.coded_probabilities, decode)
+        super().update(coded)
+        return coded
+
+    def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
+        """Not a distribution of bytes: mixing 3 codes bits (:meth:`code`).
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("mixing 3 codes a byte bit by bit: BitMixer.code(), not mix()")
 
     def update(self, coded: np.ndarray) -> None:
-        coded = np.ascontiguousarray(coded, dtype=np.int64)
-        if self._mixed and coded.ndim == 1 and mixing._codable(coded, self.streams):
-            _learn(self.bits, self._curves, self.history, self.word, self.text, self._cums, coded, self._work)
-        super().update(coded)  # raises for what the bits did not learn from
+        """:meth:`code` learns as it codes.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("mixing 3 learns as it codes: BitMixer.code(), not update()")

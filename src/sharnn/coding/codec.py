@@ -56,6 +56,7 @@ from ..models.sharnn import SHARNN
 from ..progress import ProgressDisplay
 from ..runtime import out_of_memory_as
 from .arithmetic import DEFAULT_MIXING, MIXINGS, PROGRESS_EVERY, START_BYTE, Arithmetic, device_of, walk
+from .binary import BinaryDecoder, BinaryEncoder
 from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, check_bytes, pack, parse
 from .environment import (
     BF16_FEATURES,
@@ -264,18 +265,10 @@ def encode(
     lengths = stream_lengths(len(folded), streams)
     grid = _to_grid(np.frombuffer(folded, dtype=np.uint8), lengths)
     fingerprint = model_sha256(model)  # before online mode trains it
-    encoder = constriction.stream.queue.RangeEncoder()
-
-    def code(t: int, probs: np.ndarray) -> np.ndarray:
-        symbols = grid[t, : len(probs)]
-        encoder.encode(symbols.astype(np.int32), _FAMILY, probs)
-        if progress is not None and t % PROGRESS_EVERY == 0:
-            progress.update(bpc=f"{encoder.num_bits() / max(t * len(lengths), 1):.4f}")
-        return symbols
-
+    encoder = _Encoding(grid, progress)
     with deterministic_kernels(device_of(model)):
-        _walk(arithmetic, model, lengths, code, progress)
-    payload = encoder.get_compressed().astype("<u4").tobytes()
+        _walk(arithmetic, model, lengths, encoder, progress)
+    payload = encoder.payload(arithmetic.bitwise)
     starts = np.cumsum([0, *lengths])
     header = Header(
         mode="model" if online is None else "online",
@@ -406,15 +399,11 @@ def _decode(arithmetic: Arithmetic, model: SHARNN, header: Header, payload: byte
     """The bytes a coded file's ``payload`` codes (:func:`decompress`'s arguments; its
     line ends still folded, ``length - crlf`` bytes), the streams' CRC32 checked; a
     payload that does not decode here raises :class:`DataError`."""
-    decoder = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
+    decoder = _Decoding(payload, arithmetic.bitwise)
     lengths = stream_lengths(header.length - header.crlf, header.streams)
-
-    def code(t: int, probs: np.ndarray) -> np.ndarray:
-        return decoder.decode(_FAMILY, probs)
-
     try:
         with coding_threads(threads), deterministic_kernels(device_of(model)):
-            grid = _walk(arithmetic, model, lengths, code, progress)
+            grid = _walk(arithmetic, model, lengths, decoder, progress)
     except (ValueError, RuntimeError, AssertionError) as e:
         # constriction's "out of data" or AssertionError: probabilities that differ from the
         # encoder's (the payload's CRC32 passed, so the file is as it was written)
@@ -515,14 +504,57 @@ def coding_device(header: Header, name: str = "input") -> torch.device:
     return torch.device(header.environment["device"])
 
 
-def _walk(arithmetic: Arithmetic, model: SHARNN, lengths: list[int], code, progress) -> np.ndarray:
+class _Encoding:
+    """The encoder's side of a walk (:class:`~sharnn.coding.arithmetic.Coder`): the bytes
+    ``grid [rows, B]`` into constriction's range coder, or bit by bit into the binary one."""
+
+    def __init__(self, grid: np.ndarray, progress: ProgressDisplay | None):
+        self.grid, self.progress = grid, progress
+        self.range, self.bits = constriction.stream.queue.RangeEncoder(), BinaryEncoder()
+
+    def symbols(self, t: int, k: int) -> np.ndarray:
+        if self.progress is not None and t % PROGRESS_EVERY == 0:
+            self.progress.update(bpc=f"{self.bits.bits / max(t * self.grid.shape[1], 1):.4f}")
+        return self.grid[t, :k]
+
+    def code(self, t: int, probs: np.ndarray) -> np.ndarray:
+        symbols = self.grid[t, : len(probs)]
+        self.range.encode(symbols.astype(np.int32), _FAMILY, probs)
+        if self.progress is not None and t % PROGRESS_EVERY == 0:
+            self.progress.update(bpc=f"{self.range.num_bits() / max(t * self.grid.shape[1], 1):.4f}")
+        return symbols
+
+    def payload(self, bitwise: bool) -> bytes:
+        """The coded bytes: the binary coder's (``bitwise``), else the range coder's 32-bit words."""
+        if not self.grid.size:  # an empty file: nothing coded, no payload
+            return b""
+        return self.bits.finish() if bitwise else self.range.get_compressed().astype("<u4").tobytes()
+
+
+class _Decoding:
+    """The decoder's side of a walk (:class:`~sharnn.coding.arithmetic.Coder`) over a payload."""
+
+    def __init__(self, payload: bytes, bitwise: bool):
+        if bitwise:
+            self.bits = BinaryDecoder(payload)
+        else:
+            self.range = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
+
+    def symbols(self, t: int, k: int) -> int:
+        return k
+
+    def code(self, t: int, probs: np.ndarray) -> np.ndarray:
+        return self.range.decode(_FAMILY, probs)
+
+
+def _walk(arithmetic: Arithmetic, model: SHARNN, lengths: list[int], coder, progress) -> np.ndarray:
     """:func:`~sharnn.coding.arithmetic.walk` with ``arithmetic``'s predictor (none for an
     empty file: no position to compute). Returns ``[max(lengths), B]`` uint8."""
     if not lengths:
         return np.zeros((0, 0), dtype=np.uint8)
     ensure_compiled()
     model.eval()
-    return walk(arithmetic.predictor(model, len(lengths), max(lengths)), lengths, code, progress)
+    return walk(arithmetic.predictor(model, len(lengths), max(lengths)), lengths, coder, progress)
 
 
 def _to_grid(data: np.ndarray, lengths: list[int]) -> np.ndarray:

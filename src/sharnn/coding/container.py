@@ -465,8 +465,10 @@ def _layout_problem(header: Header, version: int) -> str | None:
         return problem
     if streams > n or (streams == 0) != (n == 0):
         return f"streams is {streams} for a length of {coded} (between 1 and the length, 0 only for an empty file)"
-    if size % 4 or (size == 0) != (n == 0):
-        return f"payload_bytes is {size:,} for a length of {coded} (32-bit words, none only for an empty file)"
+    words = header.mixing != 3  # the range coder's 32-bit words; mixing 3's binary coder writes bytes
+    if (words and size % 4) or (size == 0) != (n == 0):
+        unit = "32-bit words" if words else "bytes"
+        return f"payload_bytes is {size:,} for a length of {coded} ({unit}, none only for an empty file)"
     if n > _BYTES_PER_PAYLOAD_BIT * 8 * size:
         return f"length {coded} is more than {size:,} payload bytes can code"
     return None
