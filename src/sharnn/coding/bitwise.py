@@ -297,7 +297,7 @@ def _node(state, curves, b, c0, cums, work):
     sums[10] = _C + np.int64(contexts[b, 2] >> np.uint64(48))  # ... and C's: the last 3 bytes' hash
     final, mixed = weights[_FINAL + c0], 0
     for m in range(3):
-        w, total = weights[sums[8 + m]], 0
+        w, total = weights[sums[8 + m]], mixing.WEIGHT_UNIT * x[0]  # version 2's weight starts at 1 (BitMixer)
         for i in range(INPUTS):
             total += w[i] * x[i]
         sums[m] = total  # summed in a register: a sum kept in the array is stored at every step
@@ -481,9 +481,11 @@ class BitMixer(MatchMixer):
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
         tables = mixing._small_page_zeros((_EMPTY + 1, 16), np.int32)  # zero: p = 1/2, n = 0
-        weights = np.zeros((SETS, INPUTS + 1), np.int64)  # the last column: how often the set has learned
-        weights[:, 0] = mixing.WEIGHT_UNIT  # at first each mixer is version 2 alone ...
-        weights[_FINAL:_C, :3] = mixing.WEIGHT_UNIT // 3  # ... and the final one their mean
+        # the last column: how often the set has learned. At first each mixer is version 2
+        # alone, its weight 1: a set of A, B or C holds each weight less its start (all 0,
+        # memory touched as the sets are used: 53 MiB), and the final mixer the mean.
+        weights = mixing._small_page_zeros((SETS, INPUTS + 1), np.int64)
+        weights[_FINAL:_C, :3] = mixing.WEIGHT_UNIT // 3
         apm = np.repeat(_squash_points().astype(np.uint16)[None], 3 * _APM_ROWS, axis=0)
         contexts, previous = np.zeros((streams, CONTEXTS), np.uint64), np.zeros(streams, np.int64)
         self.bits = (tables, weights, apm, contexts, previous)
