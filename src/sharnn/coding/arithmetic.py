@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import torch
@@ -32,8 +31,8 @@ from ..models.build import LanguageModel
 from ..models.inference import inference_step
 from ..models.integer_step import INTEGER_STEP_VERSION
 from ..progress import ProgressDisplay
-from .binary import BinaryDecoder, BinaryEncoder
 from .bitwise import BitMixer
+from .coders import PROGRESS_EVERY, Coder
 from .container import FORWARD_VERSIONS, Header
 from .matching import MatchMixer
 from .mixing import MIXING_VERSION, AdaptiveMixer
@@ -42,23 +41,8 @@ from .online import OnlineLearner
 START_BYTE = 10  # every stream starts after a newline
 
 
-PROGRESS_EVERY = 256  # positions between progress updates
 MIXINGS = (1, 2, 3)  # the mixing versions this sharnn decodes (sharnn.coding.mixing, .matching, .bitwise)
 DEFAULT_MIXING = 3  # what compress writes (docs/compression.md, "Adapting to the file")
-
-
-class Coder(Protocol):
-    """The coder a walk codes through, either direction (:mod:`sharnn.coding.codec`'s):
-    ``code(t, probs [k, 256])`` codes the ``k`` bytes of position ``t`` with their
-    distributions (encodes them, or decodes them) and returns them ``[k]``; ``bits``, the
-    binary coder of the bit-by-bit mixing (:mod:`sharnn.coding.binary`); ``symbols(t, k)``
-    the ``k`` bytes to encode at ``t`` (an encoder), or ``k`` (a decoder: to be decoded)."""
-
-    bits: BinaryEncoder | BinaryDecoder
-
-    def code(self, t: int, probs: np.ndarray) -> np.ndarray: ...
-
-    def symbols(self, t: int, k: int) -> np.ndarray | int: ...
 
 
 @dataclass(frozen=True)

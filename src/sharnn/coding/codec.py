@@ -44,7 +44,6 @@ import dataclasses
 import zlib
 from itertools import pairwise
 
-import constriction
 import numpy as np
 import torch
 
@@ -55,8 +54,8 @@ from ..models.build import check_finite, model_sha256
 from ..models.sharnn import SHARNN
 from ..progress import ProgressDisplay
 from ..runtime import out_of_memory_as
-from .arithmetic import DEFAULT_MIXING, MIXINGS, PROGRESS_EVERY, START_BYTE, Arithmetic, device_of, walk
-from .binary import BinaryDecoder, BinaryEncoder
+from .arithmetic import DEFAULT_MIXING, MIXINGS, START_BYTE, Arithmetic, device_of, walk
+from .coders import Coder, Decoder, Encoder
 from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, check_bytes, pack, parse
 from .environment import (
     BF16_FEATURES,
@@ -81,9 +80,6 @@ __all__ = [
     "stream_lengths",
     "unfold_line_ends",
 ]
-
-
-_FAMILY = constriction.stream.model.Categorical(perfect=False)
 
 
 # Default streams in model mode: one per BYTES_PER_STREAM bytes of input, at most
@@ -265,7 +261,7 @@ def encode(
     lengths = stream_lengths(len(folded), streams)
     grid = _to_grid(np.frombuffer(folded, dtype=np.uint8), lengths)
     fingerprint = model_sha256(model)  # before online mode trains it
-    encoder = _Encoding(grid, progress)
+    encoder = Encoder(grid, progress)
     with deterministic_kernels(device_of(model)):
         _walk(arithmetic, model, lengths, encoder, progress)
     payload = encoder.payload(arithmetic.bitwise)
@@ -399,7 +395,7 @@ def _decode(arithmetic: Arithmetic, model: SHARNN, header: Header, payload: byte
     """The bytes a coded file's ``payload`` codes (:func:`decompress`'s arguments; its
     line ends still folded, ``length - crlf`` bytes), the streams' CRC32 checked; a
     payload that does not decode here raises :class:`DataError`."""
-    decoder = _Decoding(payload, arithmetic.bitwise)
+    decoder = Decoder(payload, arithmetic.bitwise)
     lengths = stream_lengths(header.length - header.crlf, header.streams)
     try:
         with coding_threads(threads), deterministic_kernels(device_of(model)):
@@ -504,50 +500,7 @@ def coding_device(header: Header, name: str = "input") -> torch.device:
     return torch.device(header.environment["device"])
 
 
-class _Encoding:
-    """The encoder's side of a walk (:class:`~sharnn.coding.arithmetic.Coder`): the bytes
-    ``grid [rows, B]`` into constriction's range coder, or bit by bit into the binary one."""
-
-    def __init__(self, grid: np.ndarray, progress: ProgressDisplay | None):
-        self.grid, self.progress = grid, progress
-        self.range, self.bits = constriction.stream.queue.RangeEncoder(), BinaryEncoder()
-
-    def symbols(self, t: int, k: int) -> np.ndarray:
-        if self.progress is not None and t % PROGRESS_EVERY == 0:
-            self.progress.update(bpc=f"{self.bits.bits / max(t * self.grid.shape[1], 1):.4f}")
-        return self.grid[t, :k]
-
-    def code(self, t: int, probs: np.ndarray) -> np.ndarray:
-        symbols = self.grid[t, : len(probs)]
-        self.range.encode(symbols.astype(np.int32), _FAMILY, probs)
-        if self.progress is not None and t % PROGRESS_EVERY == 0:
-            self.progress.update(bpc=f"{self.range.num_bits() / max(t * self.grid.shape[1], 1):.4f}")
-        return symbols
-
-    def payload(self, bitwise: bool) -> bytes:
-        """The coded bytes: the binary coder's (``bitwise``), else the range coder's 32-bit words."""
-        if not self.grid.size:  # an empty file: nothing coded, no payload
-            return b""
-        return self.bits.finish() if bitwise else self.range.get_compressed().astype("<u4").tobytes()
-
-
-class _Decoding:
-    """The decoder's side of a walk (:class:`~sharnn.coding.arithmetic.Coder`) over a payload."""
-
-    def __init__(self, payload: bytes, bitwise: bool):
-        if bitwise:
-            self.bits = BinaryDecoder(payload)
-        else:
-            self.range = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
-
-    def symbols(self, t: int, k: int) -> int:
-        return k
-
-    def code(self, t: int, probs: np.ndarray) -> np.ndarray:
-        return self.range.decode(_FAMILY, probs)
-
-
-def _walk(arithmetic: Arithmetic, model: SHARNN, lengths: list[int], coder, progress) -> np.ndarray:
+def _walk(arithmetic: Arithmetic, model: SHARNN, lengths: list[int], coder: Coder, progress) -> np.ndarray:
     """:func:`~sharnn.coding.arithmetic.walk` with ``arithmetic``'s predictor (none for an
     empty file: no position to compute). Returns ``[max(lengths), B]`` uint8."""
     if not lengths:
