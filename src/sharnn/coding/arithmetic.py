@@ -146,6 +146,8 @@ class Predictor(ABC):
     the bytes coded so far (row ``t`` is the byte before position ``t``); returns
     ``[B, 256]`` float64 probabilities of position ``t``. ``learn(coded [k])``: the bytes
     just coded at ``t`` (``k <= B``: the last position codes the longest streams only).
+    ``code(grid, t, k, coder)``: both, through a coder (what :func:`walk` calls; mixing 3
+    codes bits there instead, and has no distribution of bytes to predict).
     """
 
     def __init__(self, step, device: torch.device):
@@ -188,8 +190,10 @@ class IntegerPredictor(Predictor):
 
 class MixedPredictor(Predictor):
     """The integer step's log-weights mixed with context models that learn the file:
-    mixing version 1 (:class:`~sharnn.coding.mixing.AdaptiveMixer`) or 2 (its match model
-    and APMs, :class:`~sharnn.coding.matching.MatchMixer`). Without ``model_input`` the
+    mixing version 1 (:class:`~sharnn.coding.mixing.AdaptiveMixer`), 2 (its match model
+    and APMs, :class:`~sharnn.coding.matching.MatchMixer`) or 3 (context models of bits,
+    each bit coded through the coder's binary one: :class:`~sharnn.coding.bitwise.BitMixer`,
+    :meth:`code` only). Without ``model_input`` the
     step never runs: the mixers take log-weights of 0, a constant that changes neither
     their prediction nor their learning, and the context models code alone."""
 
