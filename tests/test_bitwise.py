@@ -226,7 +226,8 @@ def test_a_contexts_second_input_is_its_stretched_probability_as_sure_as_its_cou
     for i, (p, n) in cases.items():
         slot = bitwise._find(tables, contexts[0, i], i, 0, True)
         tables[slot, 1] = (p - (1 << 21)) << 10 | n  # the root's entry (c0 = 1: half byte 0, node 1)
-    mixer._work[2][:] = False  # the slots are looked up again
+    mixer._work[2][:] = False  # the slots are looked up again (context 4's: claimed, empty)
+    bitwise._slots(tables, contexts, 0, 1, 0, mixer._work)
     bitwise._node(mixer.bits, mixer._curves, 0, 1, mixer._cums[0], mixer._work)
     x = mixer._work[0]
     for i, (p, n) in cases.items():

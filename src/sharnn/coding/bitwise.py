@@ -213,16 +213,15 @@ def _half(c0, depth):
 
 
 @inline
-def _slots(tables, contexts, b, c0, depth, work, claim):
+def _slots(tables, contexts, b, c0, depth, work):
     """The slots of stream ``b``'s contexts for node ``c0``'s half byte, into ``work``'s
     ``slots [CONTEXTS, 17]`` (column 0: the first half; 1 + h: the second after first half
-    ``h``), unless found already (:func:`_find`: :data:`_EMPTY` for a context not seen, or
-    with ``claim`` a slot claimed for it)."""
+    ``h``), unless found already (:func:`_find`; a slot claimed for a context not seen)."""
     slots, found, half = work[1], work[2], _half(c0, depth)[0]
     if found[half]:
         return
     for i in range(CONTEXTS):
-        slots[i, half] = _find(tables, contexts[b, i], i, half, claim)
+        slots[i, half] = _find(tables, contexts[b, i], i, half, True)
     found[half] = True
 
 
@@ -278,15 +277,14 @@ def _split(cum, c0, depth):
 @inline
 def _node(state, curves, b, c0, cums, work):
     """Stream ``b``'s node ``c0`` (``cums [2, 257]``: the running sums of version 2's
-    distribution and of the model's): into ``work``, its inputs ``x [INPUTS]``, its slots
-    (:func:`_slots`) and ``sums [11] = (s_A, s_B, s_C, p, st(p) + 2048, the three APMs'
+    distribution and of the model's), its half byte's slots in ``work`` (:func:`_slots`):
+    into ``work``, its inputs ``x [INPUTS]`` and ``sums [11] = (s_A, s_B, s_C, p, st(p) + 2048, the three APMs'
     rows, mixers A's, B's and C's weight sets)``; returns the refined probability of a 1
     (2**-12). Reads the state, changes nothing."""
     tables, weights, apm, contexts, previous = state
     stretch, squash = curves
     x, slots, _, sums = work
     depth = _DEPTHS[c0]
-    _slots(tables, contexts, b, c0, depth, work, False)
     half, within = _half(c0, depth)
     x[0], x[1], x[INPUTS - 1] = stretch[_split(cums[0], c0, depth)], 256, stretch[_split(cums[1], c0, depth)]
     for i in range(CONTEXTS):
@@ -447,7 +445,7 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
                     for row in (child, 256 + previous[b] * 256 + child):
                         for line in range(0, INPUTS + 1, 8):
                             prefetch(weights, row * weights.shape[1] + line)
-            _slots(tables, contexts, b, c0, depth, work, True)  # claimed where a context is new
+            _slots(tables, contexts, b, c0, depth, work)  # claimed where a context is new
             p, under = _coded_probability(cums[b, 0], c0, depth, _node(state, curves, b, c0, cums[b], work), under)
             if decode:
                 y = binary.decode_bit(coder, buffer, p)
