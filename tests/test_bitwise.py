@@ -167,23 +167,36 @@ def test_a_new_weight_set_learns_faster_than_a_settled_one():
     assert moves[1] > 0 and 0.9 * expected < moves[0] / moves[1] < 1.1 * expected, moves
 
 
-def _same_group(i: int, count: int) -> tuple[int, list[int]]:
+def _same_group(i: int, count: int, slots: int) -> tuple[int, list[int]]:
     """The first slot of a group of :data:`~sharnn.coding.bitwise.WAYS` and ``count``
-    contexts of model ``i`` whose first half bytes hash to it, computed as the docstring
-    says (the hash scaled to the table), by a search over context hashes 0, 1, 2, ..."""
+    contexts of model ``i`` whose first half bytes hash to it in a table of ``slots``,
+    computed as the docstring says (the hash scaled to the table), by a search over context
+    hashes 0, 1, 2, ..."""
     found, start = [], 0
     while len(found) < count:
-        contexts = np.arange(start, start + 4_000_000, dtype=np.uint64)
+        contexts = np.arange(start, start + 1_000_000, dtype=np.uint64)
         with np.errstate(over="ignore"):
             values = (contexts + np.uint64(i) * bitwise._CONTEXT_MULTIPLIER) * bitwise._MULTIPLIER
         values ^= values >> np.uint64(29)
-        groups = (((values >> np.uint64(32)) * np.uint64(bitwise.SLOTS)) >> np.uint64(32)).astype(np.int64)
+        groups = (((values >> np.uint64(32)) * np.uint64(slots)) >> np.uint64(32)).astype(np.int64)
         groups &= ~(bitwise.WAYS - 1)
         if start == 0:
             group = groups[0]
         found += contexts[groups == group].tolist()
         start += len(contexts)
     return group, found[:count]
+
+
+def test_the_context_models_table_is_sized_to_the_bytes_to_code():
+    """SLOTS_PER_BYTE slots for each byte the streams may code (streams x positions), a
+    multiple of WAYS, within MIN_SLOTS .. SLOTS, and the empty slot after them."""
+    for size in (1, 4_000, 70_288, 152_089, 481_861, 10**7):
+        slots = bitwise.slots_for(size)
+        assert slots % bitwise.WAYS == 0 and bitwise.MIN_SLOTS <= slots <= bitwise.SLOTS
+        assert slots >= min(bitwise.SLOTS_PER_BYTE * size, bitwise.SLOTS)
+        assert slots < max(bitwise.SLOTS_PER_BYTE * size + bitwise.WAYS, bitwise.MIN_SLOTS + 1)
+    assert bitwise.slots_for(10**7) == bitwise.SLOTS
+    assert len(BitMixer(3, positions=50_000).bits[0]) == bitwise.slots_for(150_000) + 1
 
 
 def test_a_context_not_seen_reads_as_new_and_takes_the_place_that_learned_least():
@@ -193,25 +206,26 @@ def test_a_context_not_seen_reads_as_new_and_takes_the_place_that_learned_least(
     node has learned least, emptied; the others keep their counts. Another model's context
     of the same hash lives elsewhere in the one table."""
     assert bitwise.WAYS == 4
-    table = np.zeros((bitwise._EMPTY + 1, 16), np.int32)
-    first, contexts = _same_group(5, bitwise.WAYS + 1)
+    slots = bitwise.slots_for(100_000)
+    table = np.zeros((slots + 1, 16), np.int32)
+    first, contexts = _same_group(5, bitwise.WAYS + 1, slots)
     *held, new = contexts
-    assert all(bitwise._slot(np.uint64(c), 5, 0)[0] == first for c in contexts)
+    assert all(bitwise._slot(np.uint64(c), 5, 0, slots)[0] == first for c in contexts)
     learned = (3, 1, 4, 2)  # how often each held context's nodes have learned (as the coder learns after each claim)
-    slots = []
+    places = []
     for context, n in zip(held, learned):
-        slots.append(bitwise._find(table, np.uint64(context), 5, 0, True))
-        table[slots[-1], 1:] = 5 << 10 | n
-    assert slots == [first, first + 1, first + 2, first + 3]
-    assert [bitwise._find(table, np.uint64(c), 5, 0, False) for c in held] == slots
-    assert bitwise._find(table, np.uint64(new), 5, 0, False) == bitwise._EMPTY and not table[bitwise._EMPTY].any()
-    assert bitwise._find(table, np.uint64(new), 5, 0, True) == slots[1] and not table[slots[1], 1:].any()
-    assert bitwise._find(table, np.uint64(held[1]), 5, 0, False) == bitwise._EMPTY
-    for context, slot, n in zip(held, slots, learned):
-        if slot != slots[1]:
-            assert bitwise._find(table, np.uint64(context), 5, 0, False) == slot
-            assert (table[slot, 1:] == 5 << 10 | n).all()
-    assert bitwise._slot(np.uint64(held[0]), 6, 0)[0] != first  # model 6's context of the same hash
+        places.append(bitwise._find(table, np.uint64(context), 5, 0, True))
+        table[places[-1], 1:] = 5 << 10 | n
+    assert places == [first, first + 1, first + 2, first + 3]
+    assert [bitwise._find(table, np.uint64(c), 5, 0, False) for c in held] == places
+    assert bitwise._find(table, np.uint64(new), 5, 0, False) == slots and not table[slots].any()  # the empty slot
+    assert bitwise._find(table, np.uint64(new), 5, 0, True) == places[1] and not table[places[1], 1:].any()
+    assert bitwise._find(table, np.uint64(held[1]), 5, 0, False) == slots
+    for context, place, n in zip(held, places, learned):
+        if place != places[1]:
+            assert bitwise._find(table, np.uint64(context), 5, 0, False) == place
+            assert (table[place, 1:] == 5 << 10 | n).all()
+    assert bitwise._slot(np.uint64(held[0]), 6, 0, slots)[0] != first  # model 6's context of the same hash
 
 
 def test_a_contexts_second_input_is_its_stretched_probability_as_sure_as_its_count():
@@ -244,7 +258,7 @@ def test_a_contexts_probability_moves_one_over_its_count_and_a_half_towards_each
     tables, contexts = mixer.bits[0], mixer.bits[3]
     for i in range(bitwise.CONTEXTS):
         slot = bitwise._find(tables, contexts[0, i], i, 0, False)
-        assert slot != bitwise._EMPTY
+        assert slot != len(tables) - 1  # not the empty slot
         for within, expected in ((1, 1 / 6), (2, 5 / 6)):  # the root (c0 = 1), then c0 = 2 (after the 0)
             entry = int(tables[slot, within])
             assert entry & 1023 == 1 and abs(((entry >> 10) + (1 << 21)) / 2**22 - expected) < 2**-16, (i, within)

@@ -134,7 +134,7 @@ class Arithmetic:
         kind_of_step = {"forward": "forward", "float": self.precision}.get(kind, "integer")
         step, device = inference_step(model, streams, positions, kind_of_step), device_of(model)
         if kind == "mixed":
-            return MixedPredictor(step, device, self.mixing, self.model_input)
+            return MixedPredictor(step, device, self.mixing, self.model_input, positions)
         return (IntegerPredictor if kind == "integer" else FloatPredictor)(step, device)
 
 
@@ -197,9 +197,14 @@ class MixedPredictor(Predictor):
     step never runs: the mixers take log-weights of 0, a constant that changes neither
     their prediction nor their learning, and the context models code alone."""
 
-    def __init__(self, step, device: torch.device, mixing: int = MIXING_VERSION, model_input: bool = True):
+    def __init__(
+        self, step, device: torch.device, mixing: int = MIXING_VERSION, model_input: bool = True, positions: int = 4096
+    ):
         super().__init__(step, device)
-        self.mixer = {1: AdaptiveMixer, 2: MatchMixer, 3: BitMixer}[mixing](step.streams)
+        if mixing == 1:
+            self.mixer = AdaptiveMixer(step.streams)
+        else:  # positions: the most a stream codes; they size the match model's buffer, mixing 3's table
+            self.mixer = {2: MatchMixer, 3: BitMixer}[mixing](step.streams, positions)
         self.model_input = model_input
         self.flat = np.zeros((step.streams, 256), dtype=np.int64)
 

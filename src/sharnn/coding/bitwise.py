@@ -25,7 +25,8 @@ the three, and three APMs refine the result::
 ``p_i`` is the probability held for context ``i`` and node ``c0``, ``n_i`` how often it has
 been updated (at most :data:`COUNT_LIMIT`); both are 0 (``p_i = 1/2``) where the context has
 not been seen before. A context's 15 nodes of a half byte share a slot (a cache line), in
-one table for all 23 models (what a model leaves unused, another takes), in one of four
+one table for all 23 models (what a model leaves unused, another takes) sized to the bytes
+to code (:func:`slots_for`), in one of four
 neighbouring places found by its hash and told apart by a 16-bit check; a new one takes the
 place whose half byte has learned least (lpaq's hash table). A weight set learns fast while
 it is new and settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The
@@ -75,9 +76,10 @@ from .matching import MatchMixer, _squash_points, _stretch
 
 MIXING_VERSION = 3
 CONTEXTS = 23  # the context models of bits (the module's docstring names them)
-SLOTS = CONTEXTS * 3 << 17  # one table for all contexts (552 MiB): 1.5 * 2**18 slots of 16 int32 per context
+SLOTS = CONTEXTS * 3 << 17  # one table for all contexts, at most (552 MiB): 1.5 * 2**18 slots of 16 int32 per context
+SLOTS_PER_BYTE = 32  # a shorter input gets this many a byte to code (at least MIN_SLOTS): measured, no larger
+MIN_SLOTS = 1 << 18  # 16 MiB: a 1 KB file came out 2 bytes larger in 2**16
 WAYS = 4  # the places of a context's half byte: 4 neighbouring slots (a group), told apart by a check
-_EMPTY = SLOTS  # a slot never claimed: all zeros, what a context not seen before reads
 COUNT_LIMIT = 255  # p_i moves 1/(n + 3/2) of the way to the bit, at least 1/256.5
 CONFIDENCE = 64  # the second input of a context, st(p_i) n_i / (n_i + CONFIDENCE): p_i as sure as its count
 INPUTS = 3 + 2 * CONTEXTS  # x_0, the bias, both of each context, the model's split
@@ -226,29 +228,30 @@ def _slots(tables, contexts, b, c0, depth, work):
 
 
 @inline
-def _slot(context, i, half):
-    """The first of the :data:`WAYS` slots (0 .. SLOTS - 1, a multiple of WAYS) where
+def _slot(context, i, half, slots):
+    """The first of the :data:`WAYS` slots (0 .. ``slots`` - 1, a multiple of WAYS) where
     context model ``i``'s context of hash ``context`` may keep half byte ``half``
     (:func:`_half`), and the check (1 .. 2**16 - 1) that tells it from the others there."""
     value = (context + np.uint64(half) * _SLOT_MULTIPLIER + np.uint64(i) * _CONTEXT_MULTIPLIER) * _MULTIPLIER
     value ^= value >> np.uint64(29)
     check = ((value >> np.uint64(24)) & np.uint64(0xFFFF)) | np.uint64(1)
-    group = ((value >> np.uint64(32)) * np.uint64(SLOTS)) >> np.uint64(32)  # 32 bits of the hash scaled to SLOTS
+    group = ((value >> np.uint64(32)) * np.uint64(slots)) >> np.uint64(32)  # 32 bits of the hash scaled to slots
     return np.int64(group) & ~(WAYS - 1), np.int32(check)
 
 
 @inline
 def _find(table, context, i, half, claim):
-    """The slot of ``table [SLOTS + 1, 16]`` that holds context model ``i``'s context of
+    """The slot of ``table [slots + 1, 16]`` that holds context model ``i``'s context of
     hash ``context``, half byte ``half``: the one of its :data:`WAYS` whose entry 0 holds
-    its check. Not there: :data:`_EMPTY`, or with ``claim`` the way whose half byte's first
+    its check. Not there: the last slot (``slots``, never claimed: all zeros, what a
+    context not seen before reads), or with ``claim`` the way whose half byte's first
     node has learned least (its count), emptied and given the check (lpaq's replacement)."""
-    first, check = _slot(context, i, half)
+    first, check = _slot(context, i, half, len(table) - 1)
     for k in range(WAYS):
         if table[first + k, 0] == check:
             return first + k
     if not claim:
-        return _EMPTY
+        return len(table) - 1
     slot = first
     for k in range(1, WAYS):
         if table[first + k, 1] & 1023 < table[slot, 1] & 1023:
@@ -353,7 +356,7 @@ def _fetch(state, b, c0, half, rows):
     tables, _, apm, contexts, _ = state
     if rows:
         for i in range(CONTEXTS):
-            first = _slot(contexts[b, i], i, half)[0]
+            first = _slot(contexts[b, i], i, half, len(tables) - 1)[0]
             for k in range(WAYS):
                 prefetch(tables, (first + k) * tables.shape[1])
     for j in range(2):
@@ -466,11 +469,20 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
             lines[b, 0], lines[b, 1] = t + 1, lines[b, 0]
 
 
+def slots_for(size: int) -> int:
+    """The context models' slots for ``size`` bytes to code: :data:`SLOTS_PER_BYTE` a byte
+    (a byte claims 10 to 13, measured; at 16 a byte files came out up to 0.02% larger),
+    within :data:`MIN_SLOTS` .. :data:`SLOTS`, a multiple of :data:`WAYS`. A short input
+    touches less memory, and less often a new page (docs/compression.md, "Mixing version 3")."""
+    return min(SLOTS, max(MIN_SLOTS, -(-SLOTS_PER_BYTE * size // WAYS) * WAYS))
+
+
 class BitMixer(MatchMixer):
     """Mixing version 3 for ``streams`` streams: :meth:`code` codes a position's bytes bit
     by bit through a binary coder (:mod:`sharnn.coding.binary`). Besides version 2's state
     (whose :meth:`mix` and :meth:`update` it runs inside :meth:`code`): :attr:`bits`, the
-    context models of bits (``[SLOTS + 1, 16]`` int32, one table for all: each slot a
+    context models of bits (``[slots_for(streams * positions) + 1, 16]`` int32, one table
+    for all, sized to the bytes to code, ``positions`` per stream at most: each slot a
     check, then each node's probability and count; the last slot stays empty), the mixers'
     weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s indirect
     table and lines' starts; :attr:`coded_probabilities` ``[B, 8]``, the probability
@@ -478,7 +490,7 @@ class BitMixer(MatchMixer):
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
-        tables = mixing._small_page_zeros((_EMPTY + 1, 16), np.int32)  # zero: p = 1/2, n = 0
+        tables = mixing._small_page_zeros((slots_for(streams * positions) + 1, 16), np.int32)  # zero: p = 1/2, n = 0
         # the last column: how often the set has learned. At first each mixer is version 2
         # alone, its weight 1: a set of A, B or C holds each weight less its start (all 0,
         # memory touched as the sets are used: 53 MiB), and the final mixer the mean.
