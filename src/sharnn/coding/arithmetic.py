@@ -195,7 +195,9 @@ class MixedPredictor(Predictor):
     each bit coded through the coder's binary one: :class:`~sharnn.coding.bitwise.BitMixer`,
     :meth:`code` only). Without ``model_input`` the
     step never runs: the mixers take log-weights of 0, a constant that changes neither
-    their prediction nor their learning, and the context models code alone."""
+    their prediction nor their learning, and the context models code alone. ``positions``,
+    the most a stream codes, sizes the match model's buffer and mixing 3's table: both
+    directions give the same (:meth:`Arithmetic.predictor`: the longest stream's length)."""
 
     def __init__(
         self, step, device: torch.device, mixing: int = MIXING_VERSION, model_input: bool = True, positions: int = 4096
@@ -203,7 +205,7 @@ class MixedPredictor(Predictor):
         super().__init__(step, device)
         if mixing == 1:
             self.mixer = AdaptiveMixer(step.streams)
-        else:  # positions: the most a stream codes; they size the match model's buffer, mixing 3's table
+        else:
             self.mixer = {2: MatchMixer, 3: BitMixer}[mixing](step.streams, positions)
         self.model_input = model_input
         self.flat = np.zeros((step.streams, 256), dtype=np.int64)

@@ -65,11 +65,11 @@ helpers are compiled into the kernel that calls them (:func:`sharnn.compiled.inl
 from __future__ import annotations
 
 import decimal
-from functools import cache
 
 import numpy as np
 
 from ..compiled import inline, kernel, prefetch
+from ..tables import decimal_table
 from . import binary, mixing
 from .binary import BinaryDecoder, BinaryEncoder
 from .matching import MatchMixer, _squash_points, _stretch
@@ -108,7 +108,7 @@ _CURVES = "UniTuple(int16[::1], 2)"  # stretch (4096 probabilities) and squash (
 _WORK = "Tuple((int64[::1], int64[:, ::1], boolean[::1], int64[::1]))"  # inputs, slots, slots found, sums
 
 
-@cache
+@decimal_table
 def _squash_table() -> np.ndarray:
     """``round(4096 / (1 + exp(-x / 256)))`` for ``x = -2047 .. 2047``, within 1 .. 4095 (:mod:`decimal`)."""
     with decimal.localcontext() as context:

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..compiled import kernel
 from ..models import exact
+from ..tables import decimal_table
 from . import mixing
 from .mixing import (
     _INPUTS,
@@ -82,7 +83,7 @@ _MATCH = "Tuple((uint8[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1]))"  # b
 _APM = "Tuple((int64[:, ::1], int64[:, ::1], int64[::1], int64[::1], int64[::1]))"
 
 
-@cache
+@decimal_table
 def _stretch() -> np.ndarray:
     """``round(256 ln(p / (1 - p)))`` of ``p = (j + 1/2) / 4096``, within -2047 .. 2047 (:mod:`decimal`)."""
     with decimal.localcontext() as context:

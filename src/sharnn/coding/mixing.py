@@ -43,6 +43,7 @@ import numpy as np
 
 from ..compiled import inline, kernel, prefetch
 from ..models import exact
+from ..tables import decimal_table
 
 MIXING_VERSION = 1  # what a file records; a change to any number below makes a new version
 
@@ -66,7 +67,7 @@ _LONGEST = max(ORDERS)
 _MODEL_OF_ORDER = np.array([ORDERS.index(k) if k in ORDERS else -1 for k in range(_LONGEST + 1)], dtype=np.int64)
 
 
-@cache
+@decimal_table
 def _log_mantissas() -> np.ndarray:
     """``round(2**10 ln(1 + j / 4096))`` for ``j = 0 .. 4095`` (:mod:`decimal`): int64."""
     with decimal.localcontext() as context:

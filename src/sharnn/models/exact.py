@@ -13,7 +13,8 @@ fixes to the last bit. So the integer step computes only with:
   :data:`FP32_EXACT` (float32) or :data:`FP64_EXACT` (float64) in magnitude: every such
   partial sum is representable, so the result is the exact sum in any order;
 - tables of ``sigmoid``, ``tanh`` and ``exp`` computed once with Python's :mod:`decimal`,
-  whose ``exp`` is correctly rounded by its specification, then rounded to float.
+  whose ``exp`` is correctly rounded by its specification, then rounded to float (shipped
+  computed: :mod:`sharnn.tables`).
 
 This module holds its constants, the tables, the weights' quantization
 (:class:`QuantizedWeights`), the output's log weights (:func:`log_weights`, the mixer's
@@ -29,8 +30,11 @@ import decimal
 import math
 from functools import cache
 
+import numpy as np
 import torch
 from torch import Tensor
+
+from ..tables import decimal_table
 
 FP32_EXACT = 2**24  # every integer of at most this magnitude is a float32
 FP64_EXACT = 2**53  # ... a float64
@@ -71,29 +75,44 @@ def _sigmoid_decimals() -> tuple[decimal.Decimal, ...]:
 @cache
 def sigmoid_table() -> Tensor:
     """``sigmoid(i / 1024)`` for ``i = -16384 .. 16384``: float32 ``[32769]``."""
+    return torch.from_numpy(_sigmoid_values())
+
+
+@decimal_table
+def _sigmoid_values() -> np.ndarray:
     half = _sigmoid_decimals()[: SIGMOID_RANGE * TABLE_RESOLUTION + 1]
     values = [float(1 - s) for s in reversed(half[1:])] + [float(s) for s in half]
-    return torch.tensor(values, dtype=torch.float64).float()
+    return torch.tensor(values, dtype=torch.float64).float().numpy()
 
 
 @cache
 def tanh_table() -> Tensor:
     """``tanh(i / 1024) = 2 sigmoid(2i / 1024) - 1`` for ``i = -8192 .. 8192``: float32 ``[16385]``."""
+    return torch.from_numpy(_tanh_values())
+
+
+@decimal_table
+def _tanh_values() -> np.ndarray:
     sigmoid = _sigmoid_decimals()
     half = [2 * sigmoid[2 * i] - 1 for i in range(TANH_RANGE * TABLE_RESOLUTION + 1)]
     values = [float(-t) for t in reversed(half[1:])] + [float(t) for t in half]
-    return torch.tensor(values, dtype=torch.float64).float()
+    return torch.tensor(values, dtype=torch.float64).float().numpy()
 
 
 @cache
 def exp_table() -> Tensor:
     """``max(1, round(EXP_ONE exp(-i / 256)))`` for ``i = 0 .. EXP_ENTRIES - 1``: integers
     in float64 ``[EXP_ENTRIES]``, from 2**24 down to 1."""
+    return torch.from_numpy(_exp_values())
+
+
+@decimal_table
+def _exp_values() -> np.ndarray:
     with decimal.localcontext() as context:
         context.prec = 30
         step = decimal.Decimal(1) / EXP_RESOLUTION
         values = [max(1, int((EXP_ONE * (-i * step).exp()).to_integral_value())) for i in range(EXP_ENTRIES)]
-    return torch.tensor(values, dtype=torch.float64)
+    return np.array(values, dtype=np.float64)
 
 
 @cache

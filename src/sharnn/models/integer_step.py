@@ -70,12 +70,10 @@ def _exactly(function, values: Tensor) -> Tensor:
 
 
 def _exact_affine(weight: Tensor, x: Tensor, bias: Tensor) -> Tensor:
-    """``weight @ x + bias`` (float64) for a constant, each row summed correctly rounded (``math.fsum``)."""
-    xs, rows = x.double().tolist(), weight.double().tolist()
-    return torch.tensor(
-        [math.fsum([*(w * v for w, v in zip(row, xs)), b]) for row, b in zip(rows, bias.double().tolist())],
-        dtype=torch.float64,
-    )
+    """``weight @ x + bias`` (float64) for a constant, each row summed correctly rounded
+    (``math.fsum``) from its products (each an IEEE float64 product, as Python's)."""
+    products = (weight.double() * x.double()).tolist()
+    return torch.tensor([math.fsum([*row, b]) for row, b in zip(products, bias.double().tolist())], dtype=torch.float64)
 
 
 class IntegerStep:
