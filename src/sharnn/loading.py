@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from .config import TrainConfig, load_config
 from .data.tokenizer import Tokenizer, check_vocabulary, load_tokenizer
 from .errors import CheckpointError, ConfigError
-from .models.build import LanguageModel, build_model, check_finite, load_pretrained, meta_model, model_sha256
+from .models.build import LanguageModel, check_finite, load_pretrained, meta_model, model_sha256
 from .models.config import SHARNNConfig
 from .models.hub import CONFIG_JSON, apply_weights, pretrained_config, read_config_json
 from .models.shipped import shipped_candidates, shipped_folder, shipped_names
@@ -158,7 +158,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[La
 
 
 def _checkpoint_model(config: SHARNNConfig, folder: Path) -> LanguageModel:
-    model = build_model(config)
+    model = meta_model(config).to_empty(device="cpu")  # not initialised: every parameter is loaded
     load_weights(model, folder)
     return model
 
