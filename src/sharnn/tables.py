@@ -2,7 +2,7 @@
 
 The integer step and the mixers read ``sigmoid``, ``tanh``, ``exp``, ``ln`` and ``st``
 from tables that :mod:`decimal` computes exactly rounded, the same on every machine (the
-compiled core's rules, docs/compression.md). Computing them takes about 0.9 s, at the
+compiled core's rules, docs/compression.md). Computing them took about half a second at the
 start of every command that codes; so they ship computed, in ``tables.npz`` beside this
 module, and a process reads them from there (a few milliseconds). ``tests/test_tables.py``
 computes each again and compares every entry; after a table's definition changes,
