@@ -68,6 +68,8 @@ VARIANTS = {  # name: the mixing version and the module constants it changes
     "+ match, APMs": (2, {"PARTS": (1, 1, 0)}),
     "mixing 2": (2, {}),
     "mixing 3": (3, {}),
+    **{f"mixing 3, {k} slots a byte": (3, {"SLOTS_PER_BYTE": k}) for k in (8, 16, 24)},
+    "mixing 3, the whole table": (3, {"SLOTS_PER_BYTE": bitwise.SLOTS}),  # 552 MiB whatever the input
 }
 
 

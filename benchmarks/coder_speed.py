@@ -282,8 +282,9 @@ def rows(result: dict) -> list[dict]:
         row["bpc"] = 8 * row["bytes"] / original
         for way in ("compress", "decompress"):
             row[f"{way}_kb_s"] = original / 1000 / median([c[f"{way}_s"] for c in cells])
-        if "products_s" in cells[0]:
-            row["products_kb_s"] = original / 1000 / median([c["products_s"] for c in cells])
+        floors = [c["products_s"] for c in cells if "products_s" in c]  # a repeat run with --no-products has none
+        if floors:
+            row["products_kb_s"] = original / 1000 / median(floors)
         row["repeats"] = len(cells)
         out.append(row)
     for row in out:  # ratios to the baseline and to paq8px, file by file; sizes to PPMd's

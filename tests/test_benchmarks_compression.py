@@ -285,6 +285,8 @@ def test_adaptive_mixing_benchmark_gives_every_variant_and_ppmd(tmp_path):
         "+ APMs",
         "mixing 2",
         "mixing 3",
+        "mixing 3, 8 slots a byte",
+        "mixing 3, the whole table",
     ]
     assert all(0 < row[v] < row["model alone"] for v in variants)  # an untrained model: the counts help at once
     assert "| alice29 | 800 |" in table.read_text()
