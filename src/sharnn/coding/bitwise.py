@@ -280,10 +280,10 @@ def _split(cum, c0, depth):
 @inline
 def _node(state, curves, b, c0, cums, work):
     """Stream ``b``'s node ``c0`` (``cums [2, 257]``: the running sums of version 2's
-    distribution and of the model's), its half byte's slots in ``work`` (:func:`_slots`):
-    into ``work``, its inputs ``x [INPUTS]`` and ``sums [11] = (s_A, s_B, s_C, p, st(p) + 2048, the three APMs'
-    rows, mixers A's, B's and C's weight sets)``; returns the refined probability of a 1
-    (2**-12). Reads the state, changes nothing."""
+    distribution and of the model's), from its half byte's slots that :func:`_slots` left
+    in ``work``: into ``work``, its inputs ``x [INPUTS]`` and ``sums [11] = (s_A, s_B,
+    s_C, p, st(p) + 2048, the three APMs' rows, mixers A's, B's and C's weight sets)``;
+    returns the refined probability of a 1 (2**-12). Reads the state, changes nothing."""
     tables, weights, apm, contexts, previous = state
     stretch, squash = curves
     x, slots, _, sums = work
