@@ -103,10 +103,16 @@ def _import_torch() -> None:
     Python's cyclic garbage collector is off while torch loads, and what the import made
     is then frozen (``gc.freeze``): it lives as long as the process, and each pass of the
     collector over its oldest generation would read those 400,000 objects again (measured:
-    `sharnn compress` of 1 KB in 3.7 s instead of 4.4, medians of 3)."""
+    `sharnn compress` of 1 KB in 3.7 s instead of 4.4, medians of 3).
+
+    numba's error messages are not coloured (``NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING``,
+    read as numba loads, unless the environment sets it): with colorama installed, numba
+    would start it while compiling, and colorama writes a reset code (``ESC [0m``) to
+    standard output at exit when that is a terminal, bytes no command of ours wrote."""
     if "torch" in sys.modules:
         return
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     with _collector_off_then_frozen():
         if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
             import torch
