@@ -13,8 +13,10 @@ everywhere.
   shipped model and no options (what ``sharnn compress FILE`` does), in a fresh process, the
   model loaded and the kernels compiled before the clock starts;
 - with ``--modes [MODE ...]`` (none named: all), ``sharnn --mixing 2`` and ``--mixing 1``
-  (the adaptive stage of versions 2 and 1) and ``sharnn --no-adapt`` (the model alone): the
-  same with those arguments of ``compress``; beside ``--mixing 2``, the ``x --mixing 2``
+  (the adaptive stage of versions 2 and 1), ``sharnn --no-adapt`` (the model alone) and
+  ``sharnn --streams 32`` (0.4.0's streams on a file of 256 KB or more: an eighth of the
+  positions of the default 4, each stream's start cold): the same with those arguments of
+  ``compress``; beside ``--mixing 2``, the ``x --mixing 2``
   column (issue 41's speed target: mixing 3 at least 0.8 of it, the slower direction);
 - ``sharnn BASELINE``: the same in the checkout ``--baseline DIR`` (a ``git worktree`` of
   an earlier release, e.g. 0.4.0: ``git worktree add ../sharnn-0.4.0 e547d1e``);
@@ -76,6 +78,7 @@ MODES = {  # compress's arguments
     "sharnn --mixing 2": {"mixing": 2},
     "sharnn --mixing 1": {"mixing": 1},
     "sharnn --no-adapt": {"adapt": False},
+    "sharnn --streams 32": {"streams": 32},  # 0.4.0's streams on a long file: fewer positions, more cold starts
 }
 
 # What a fresh process runs for ``sharnn`` and its baseline: load, compile, then time.
@@ -94,7 +97,7 @@ data = open(sys.argv[1], "rb").read()
 options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}  # a mode's arguments of compress
 start = time.perf_counter(); blob = codec.compress(data, model, **options); middle = time.perf_counter()
 back = codec.decompress(blob, model); end = time.perf_counter()
-streams = codec.default_streams(len(data))
+streams = options.get("streams") or codec.default_streams(len(data))
 print(json.dumps({"bytes": len(blob), "compress_s": middle - start, "decompress_s": end - middle,
                   "exact": back == data, "streams": streams, "compile_s": compile_seconds}))
 """
