@@ -10,7 +10,11 @@ Times, per position of ``B`` streams (each of ``--streams``), one thread:
   kernels, the same bits as ``spec``;
 - ``fp32 products``: the integer step's matrix products alone (its shapes, one call each),
   as oneDNN float32 products of integers (the same sums; what the spec computed them with);
-- ``integer products``: the same products alone on the step's integer kernels.
+- ``integer products``: the same products alone on the step's integer kernels;
+- ``cold products``: the same again, every cache emptied before each position (a write to
+  each line of 64 MiB, not timed): the weights come from memory, as while a long file is
+  coded beside the adaptive stage's tables and other programs (the warm figure is a floor
+  only while the weights, 5.4 MB as int8 for the shipped model, stay in the L3 cache).
 
 Each step first runs ``--warmup`` positions (by default past the span: the memory full),
 then the contenders take turns, ``--positions`` positions each per repeat, ``--repeats``
@@ -44,7 +48,8 @@ from sharnn.training.checkpoint import load_model
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the specification lives with the tests
 import spec_integer_step as spec
 
-CONTENDERS = ["fp32", "spec", "integer", "fp32 products", "integer products"]
+CONTENDERS = ["fp32", "spec", "integer", "fp32 products", "integer products", "cold products"]
+FLUSH_BYTES = 64 << 20  # larger than any L3 cache of the CPUs CI has seen
 
 
 def products(step: IntegerStep) -> list[IntegerLinear]:
@@ -76,12 +81,21 @@ def product_runs(step: IntegerStep, streams: int) -> tuple:
     return float_products, integer_products
 
 
-def per_position(run, positions: int) -> float:
-    """Seconds per position of ``positions`` calls of ``run``."""
-    start = time.perf_counter()
+def per_position(run, positions: int, flush: np.ndarray | None = None) -> float:
+    """Seconds per position of ``positions`` calls of ``run``; with ``flush``, each call
+    timed alone after a write to every cache line of ``flush``."""
+    if flush is None:
+        start = time.perf_counter()
+        for _ in range(positions):
+            run()
+        return (time.perf_counter() - start) / positions
+    spent = 0.0
     for _ in range(positions):
+        flush[::64] += 1
+        start = time.perf_counter()
         run()
-    return (time.perf_counter() - start) / positions
+        spent += time.perf_counter() - start
+    return spent / positions
 
 
 def measure(model, streams: int, args) -> dict:
@@ -98,11 +112,14 @@ def measure(model, streams: int, args) -> dict:
             step(tokens)
     runs = {name: (lambda step=step: step(tokens)) for name, step in steps.items()}
     runs["fp32 products"], runs["integer products"] = product_runs(steps["integer"], streams)
+    runs["cold products"] = runs["integer products"]
+    flush = np.zeros(FLUSH_BYTES, np.uint8)
     times = {name: [] for name in runs}
     for _ in range(args.repeats):
         for name, run in runs.items():
-            times[name].append(per_position(run, args.positions))
+            times[name].append(per_position(run, args.positions, flush if name == "cold products" else None))
     row = {"streams": streams} | {f"{name}_ms": 1e3 * median(values) for name, values in times.items()}
+    row["cold_vs_warm"] = row["cold products_ms"] / row["integer products_ms"]
     return row | {f"{name}_vs_fp32": row[f"{name}_ms"] / row["fp32_ms"] for name in CONTENDERS[1:]}
 
 
@@ -127,7 +144,8 @@ def main():
         rows,
         [("streams", "B", "")]
         + [(f"{name}_ms", f"{name} ms", ".3f") for name in CONTENDERS]
-        + [(f"{name}_vs_fp32", f"{name}/fp32", ".2f") for name in ("spec", "integer", "fp32 products")],
+        + [(f"{name}_vs_fp32", f"{name}/fp32", ".2f") for name in ("spec", "integer", "fp32 products")]
+        + [("cold_vs_warm", "cold/warm products", ".2f")],
     )
     result = {
         "model": args.model or DEFAULT_MODEL,

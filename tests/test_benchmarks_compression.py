@@ -259,8 +259,9 @@ def test_integer_step_speed_benchmark_times_every_contender(tmp_path):
     result = json.loads(out.read_text())
     assert [row["streams"] for row in result["rows"]] == [1, 3]
     for row in result["rows"]:
-        for name in ("spec", "integer", "fp32 products", "integer products"):
+        for name in ("spec", "integer", "fp32 products", "integer products", "cold products"):
             assert row[f"{name}_ms"] > 0 and row[f"{name}_vs_fp32"] == pytest.approx(row[f"{name}_ms"] / row["fp32_ms"])
+        assert row["cold_vs_warm"] == pytest.approx(row["cold products_ms"] / row["integer products_ms"])
     assert result["kernels_compile_or_load_s"] >= 0 and "integer/fp32" in done.stdout
 
 
