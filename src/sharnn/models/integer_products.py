@@ -35,12 +35,13 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from ..compiled import inline, kernel
+from ..compiled import inline, kernel, prefetch_ahead
 from .exact import TINY, QuantizedWeights
 
 LANES = 32  # 16-bit integers per vector: one AVX-512 register, two AVX2 ones
 ROWS = 4  # weight rows per block
 STREAMS = 4  # input rows per block (fewer streams take blocks of one)
+AHEAD = 16  # the weight rows of the block this far ahead are asked for (prefetch_ahead) before a block is read
 
 _I32 = ir.IntType(32)
 _PRODUCTS = ir.VectorType(_I32, LANES)
@@ -165,14 +166,21 @@ _SIGNATURE = (
 def linear16(x, levels, unit, weight, weight_scale, bias, has_bias, q, x_scale, out):
     """``out [B, N] = x [B, K] @ weight^T (+ bias)`` for ``levels`` <= 32767: ``x``
     quantized into ``q [B, Kp]`` (int16, zero past ``K``) with scales ``x_scale [B]``, then
-    the integer sums by blocks of :data:`ROWS` x :data:`STREAMS`. ``weight [Np, Kp]``: int8,
-    zero rows and columns padding ``N`` to a multiple of :data:`ROWS` and ``K`` to one of
+    the integer sums by blocks of :data:`ROWS` x :data:`STREAMS`, the weight rows of the
+    block :data:`AHEAD` blocks on asked for before each. ``weight [Np, Kp]``: int8, zero
+    rows and columns padding ``N`` to a multiple of :data:`ROWS` and ``K`` to one of
     :data:`LANES`."""
     streams, outputs = out.shape
+    blocks, block_size = weight.shape[0] // ROWS, ROWS * weight.shape[1]
+    for line in range(0, min(AHEAD, blocks) * block_size, 64):  # the first blocks, asked for while x is quantized
+        prefetch_ahead(weight, line)
     for b in prange(streams):
         x_scale[b] = _quantize(x[b], levels, unit, q[b])
-    for block in prange(weight.shape[0] // ROWS):
+    for block in prange(blocks):
         n = block * ROWS
+        if block + AHEAD < blocks:
+            for line in range(0, block_size, 64):
+                prefetch_ahead(weight, (block + AHEAD) * block_size + line)
         rows = min(ROWS, outputs - n)
         b = 0
         while b + STREAMS <= streams:
