@@ -142,23 +142,25 @@ def test_a_kernel_without_signatures_is_refused():
         compiled.kernel()(lambda x: x)
 
 
-def test_prefetch_asks_for_lines_of_any_array_and_changes_no_number(monkeypatch):
-    """``compiled.prefetch`` compiles for arrays of any element type and any flat index
-    within them (what mixing 3 asks for: int32 context rows, uint16 APM rows), and the
-    kernel's result is what it is without it; an array that is not C-contiguous is refused
-    when the kernel compiles."""
+@pytest.mark.parametrize("hint", ["prefetch", "prefetch_ahead"])
+def test_prefetch_asks_for_lines_of_any_array_and_changes_no_number(monkeypatch, hint):
+    """``compiled.prefetch`` and ``prefetch_ahead`` compile for arrays of any element type
+    and any flat index within them (what mixing 3 asks for: int32 context rows, uint16 APM
+    rows; the products: int8 weights), and the kernel's result is what it is without
+    them; an array that is not C-contiguous is refused when the kernel compiles."""
     monkeypatch.setattr(compiled, "KERNELS", [])  # these stay out of the registry
+    ask = getattr(compiled, hint)
 
     def gathered(values, rows):
         for k in range(len(rows)):
-            compiled.prefetch(values, rows[k] * values.shape[1])
+            ask(values, rows[k] * values.shape[1])
         total = 0
         for k in range(len(rows)):
             total += values[rows[k], 0] * (k + 1)
         return total
 
     rows = np.array([5, 0, 9, 3, 9], dtype=np.int64)
-    for dtype in (np.int32, np.uint16, np.float64):
+    for dtype in (np.int8, np.int32, np.uint16, np.float64):
         values = np.arange(10 * 16, dtype=dtype).reshape(10, 16)
         signature = f"int64({numba.from_dtype(dtype)}[:, ::1], int64[::1])"
         kernel = compiled.kernel(signature)(gathered)
