@@ -82,16 +82,12 @@ def product_runs(step: IntegerStep, streams: int) -> tuple:
 
 
 def per_position(run, positions: int, flush: np.ndarray | None = None) -> float:
-    """Seconds per position of ``positions`` calls of ``run``; with ``flush``, each call
-    timed alone after a write to every cache line of ``flush``."""
-    if flush is None:
-        start = time.perf_counter()
-        for _ in range(positions):
-            run()
-        return (time.perf_counter() - start) / positions
+    """Seconds per position of ``positions`` calls of ``run``, each timed alone; with
+    ``flush``, after a write to every cache line of ``flush`` (not timed)."""
     spent = 0.0
     for _ in range(positions):
-        flush[::64] += 1
+        if flush is not None:
+            flush[::64] += 1
         start = time.perf_counter()
         run()
         spent += time.perf_counter() - start
