@@ -124,6 +124,32 @@ def test_the_first_use_says_it_compiles_and_the_second_loads_the_cache(tmp_path)
     assert "compiling" not in second.stderr and second.stdout.strip() == "42", second.stderr
 
 
+def test_coding_compiles_nothing_beyond_ensure_compiled():
+    """Every kernel is called with the types it declares: after :func:`ensure_compiled`,
+    coding text and a binary with the shipped model at each mixing version, and steps of
+    an LN-LSTM and of a model whose input is gathered, add no signature (a kernel called
+    otherwise compiles in the middle of coding, seconds, without the line that says so)."""
+    import sharnn
+    from sharnn.coding import codec
+    from sharnn.models.build import build_model
+    from sharnn.models.config import SHARNNConfig
+    from sharnn.models.integer_step import IntegerStep
+
+    compiled.ensure_compiled()
+    before = {kernel: len(kernel.signatures) for kernel in compiled.KERNELS}
+    model = sharnn.load().model
+    for data in (b"Calls with the declared types only.\n" * 8, bytes(range(256))):
+        for mixing in (1, 2, 3):
+            assert codec.decompress(codec.compress(data, model, mixing=mixing), model) == data
+    for settings in ({"cell": "ln_lstm"}, {"vocab_size": 300, "cell": "ln_lstm"}, {"feed_forward": "mlp"}):
+        config = SHARNNConfig(d_model=32, n_layers=2, boom_dim=64, attention_span=4, **settings)
+        step = IntegerStep(build_model(config).eval(), 3)
+        for t in range(6):
+            step.log_weights(step(torch.arange(3) + t))
+    grown = [kernel.py_func.__qualname__ for kernel in compiled.KERNELS if len(kernel.signatures) > before[kernel]]
+    assert not grown, f"compiled while coding: {grown}"
+
+
 def test_only_a_kernel_that_says_it_allocates_may_allocate(monkeypatch):
     """Kernels run without numba's reference counting unless they allocate (sharnn.compiled.kernel):
     one that allocates without saying so does not compile, rather than run without it."""

@@ -212,7 +212,7 @@ class _IntegerBlock:
         self.bias, self.ln_start = _numpy(bias), _norm(block.ln_start)
         unused = np.zeros((2, 4 * self.d), dtype=np.float32)
         self.ln_ih, self.ln_hh = (_norm(block.lstm.ln_ih), _norm(block.lstm.ln_hh)) if ln_lstm else (unused, unused)
-        self.ln_cell = _norm(block.lstm.ln_cell) if ln_lstm else unused[:, : self.d]
+        self.ln_cell = _norm(block.lstm.ln_cell) if ln_lstm else np.zeros((2, self.d), dtype=np.float32)
         from_input = QuantizedWeights(w_ih, None if ln_lstm else bias)
         if embedding is None and not ln_lstm:  # the two products as one
             self.kind, self.fused = (
