@@ -16,7 +16,7 @@ import spec_integer_step as spec
 from sharnn.models import exact, integer_kernels
 from sharnn.models.build import build_model
 from sharnn.models.config import SHARNNConfig
-from sharnn.models.integer_products import IntegerLinear, linear16, linear32
+from sharnn.models.integer_products import LANES, IntegerLinear, linear16, linear32, pair_dot
 from sharnn.models.integer_step import INTEGER_STEP_VERSION, MAX_SPAN, IntegerStep
 from sharnn.models.step import linear
 
@@ -51,6 +51,29 @@ def test_inputs_of_sixteen_bits_take_the_int32_kernel():
         kernel = IntegerLinear(product, streams)
         assert kernel.kernel is linear32 and kernel.q.dtype == np.int32
         assert torch.equal(torch.from_numpy(kernel(x.numpy())), product(x, linear))
+
+
+@numba.njit(cache=False)
+def _pair_dots(a, b, out):
+    for i in range(a.shape[0]):
+        for j in range(b.shape[0]):
+            out[i, j] = pair_dot(a, b, i, j)
+
+
+@pytest.mark.parametrize("k", [32, 100, 512])
+def test_pair_dot_is_the_int64_sum_at_the_int16_extremes(k):
+    """:func:`pair_dot` (the attention's scores) sums the first ``k - k % 32`` columns
+    exactly, with one operand at -2**15 and the other at ±(2**15 - 1) in every column: pairs
+    at the edge of int32."""
+    generator = np.random.default_rng(k)
+    a = generator.integers(-(2**15), 2**15, (5, k), dtype=np.int16)
+    a[0] = -(2**15)
+    b = generator.integers(-(2**15) + 1, 2**15, (3, k), dtype=np.int16)
+    b[0], b[1] = 2**15 - 1, -(2**15) + 1
+    out = np.empty((5, 3), dtype=np.int64)
+    _pair_dots(a, b, out)
+    paired = k - k % LANES
+    assert np.array_equal(out, a[:, :paired].astype(np.int64) @ b[:, :paired].astype(np.int64).T)
 
 
 @pytest.mark.parametrize("n", [1, 8, 100, 512, 2048, 4096])
@@ -158,7 +181,8 @@ def test_a_memory_past_its_clamp_and_gaps_past_the_table_are_the_specification_s
     ring = IntegerStep(model, 2)
     for t in range(20):
         ring(torch.tensor([t, 3 * t]))
-    assert ring.memory[0].abs().max() == integer_kernels.MEMORY_LIMIT  # the clamp is reached
+    # the clamp is reached both ways: +2**15 is what the ring's int16 copy cannot hold
+    assert ring.memory[0].max() == integer_kernels.MEMORY_LIMIT == -ring.memory[0].min()
     _assert_same_steps(model, 2, 40)
 
 

@@ -37,6 +37,7 @@ from numba import prange
 
 from ..compiled import inline, kernel
 from .exact import EXP_ENTRIES, EXP_RESOLUTION, LAYER_NORM_BITS, SIGMOID_RANGE, TABLE_RESOLUTION, TANH_RANGE, TINY
+from .integer_products import LANES, pair_dot
 from .step import GELU_SLOPE
 
 MEMORY_FRACTION_BITS = 10  # the memory ring holds LN_mem's outputs in units of 2**-10 ...
@@ -196,41 +197,57 @@ def recurrence(gates, from_input, table, tokens, kind, ln_ih, ln_hh, bias, ln_ce
 # ------------------------------------------------------------------ the attention
 
 
-@kernel(
-    f"void({_F32_2D}, int32[:, :, ::1], int64, {_F32_2D}, {_F32_2D}, float64, {_F32_2D})", parallel=True, allocates=True
-)
-def attention_input(u, ring, slot, ln_mem, ln_mid, eps, r):
+_RING = "int32[:, :, ::1], int16[:, :, ::1], boolean[:, ::1]"  # the ring, its int16 copy, the rows it cannot hold
+
+
+@kernel(f"void({_F32_2D}, {_RING}, int64, {_F32_2D}, {_F32_2D}, float64, {_F32_2D})", parallel=True, allocates=True)
+def attention_input(u, ring, narrow, wide, slot, ln_mem, ln_mid, eps, r):
     """From the LSTM's output ``u [B, d]``, one normalisation for two LayerNorms: ``LN_mem(u)``
-    in units of 2**-10, rounded and clamped to ±2**15, into ``ring [B, R, d]`` at ``slot``;
-    ``r [B, d] = LN_mid(u)``."""
+    in units of 2**-10, rounded and clamped to ±2**15, into ``ring [B, R, d]`` (int32) at
+    ``slot``; ``r [B, d] = LN_mid(u)``. The attention reads the ring's copy ``narrow [B, R,
+    d]`` (int16: half the bytes), except where ``wide [B, R]`` marks a row with an entry of
+    2**15, which int16 cannot hold (its copy holds 2**15 - 1 there)."""
     d = u.shape[1]
     unit, limit = np.float64(2**MEMORY_FRACTION_BITS), np.float64(MEMORY_LIMIT)
     for b in prange(u.shape[0]):
         normed = np.empty(d, dtype=np.float32)
         _layer_norm(u[b], eps, normed)
+        over = False
         for j in range(d):
-            key = np.rint(np.float64(_affine(normed[j], ln_mem, j)) * unit)
-            ring[b, slot, j] = np.int32(min(max(key, -limit), limit))
+            key = np.int32(min(max(np.rint(np.float64(_affine(normed[j], ln_mem, j)) * unit), -limit), limit))
+            over |= key == MEMORY_LIMIT
+            ring[b, slot, j] = key
+            narrow[b, slot, j] = np.int16(min(key, MEMORY_LIMIT - 1))
             r[b, j] = _affine(normed[j], ln_mid, j)
+        wide[b, slot] = over
 
 
 @inline
-def _attend(query, memory, exp_table, total):
-    """The attention of one stream over ``memory [n, d]`` (int32, units of 2**-10) from
-    ``query [d]`` (float32): the weighted sum of the memory into ``total [d]`` (int64,
-    exact); returns the sum of the weights. The query is rounded to integers below 2**15
-    (a power of two per row), each score ``sum q m`` is an exact integer, and each weight is
-    the ``exp`` table's entry at the score's gap to the largest, in 1/256 nat."""
+def _attend(query, memory, narrow, wide, exp_table, total):
+    """The attention of one stream over ``memory [n, d]`` (int32, units of 2**-10: each row
+    read from its int16 copy ``narrow [n, d]`` unless ``wide [n]``) from ``query [d]``
+    (float32): the weighted sum of the memory into ``total [d]`` (int64, exact); returns the
+    sum of the weights. The query is rounded to integers below 2**15 (a power of two per
+    row), each score ``sum q m`` is an exact integer, and each weight is the ``exp`` table's
+    entry at the score's gap to the largest, in 1/256 nat."""
     n, d = memory.shape
     scale = _power_of_two(_largest(query), QUERY_BITS)
-    q = np.empty(d, dtype=np.int32)
+    q = np.empty((1, d), dtype=np.int16)  # a row for pair_dot; ...
+    q_wide = np.empty(d, dtype=np.int64)  # ... and each of its entries, one of them 2**15 perhaps
     for j in range(d):
-        q[j] = np.int32(np.rint(np.float64(query[j]) * scale))
+        q_wide[j] = np.int64(np.rint(np.float64(query[j]) * scale))
+        q[0, j] = np.int16(q_wide[j])
+    paired = d - d % LANES if np.abs(q_wide).max() < MEMORY_LIMIT else 0  # the columns pair_dot sums
     scores = np.empty(n, dtype=np.int64)
     for t in range(n):
-        score = np.int64(0)
-        for j in range(d):
-            score += np.int64(q[j]) * np.int64(memory[t, j])
+        if wide[t]:
+            score = np.int64(0)
+            for j in range(d):
+                score += q_wide[j] * np.int64(memory[t, j])
+        else:
+            score = pair_dot(narrow, q, t, 0) if paired else np.int64(0)
+            for j in range(paired, d):
+                score += q_wide[j] * np.int64(narrow[t, j])
         scores[t] = score
     top = scores.max()
     unit = 1.0 / (scale * 2.0**MEMORY_FRACTION_BITS)  # a score's value in nats: a power of two
@@ -240,22 +257,26 @@ def _attend(query, memory, exp_table, total):
         gap = np.rint(np.float64(top - scores[t]) * unit * EXP_RESOLUTION)
         weight = exp_table[np.int64(min(gap, EXP_ENTRIES - 1))]
         weights += weight
-        for j in range(d):
-            total[j] += weight * np.int64(memory[t, j])
+        if wide[t]:
+            for j in range(d):
+                total[j] += weight * np.int64(memory[t, j])
+        else:
+            for j in range(d):
+                total[j] += weight * np.int64(narrow[t, j])
     return weights
 
 
 @kernel(
-    f"void({_F32_2D}, int32[:, :, ::1], int64, {_F32_2D}, float32[::1], {_F32_2D}, float64, int64[::1], {_F32_2D})",
+    f"void({_F32_2D}, {_RING}, int64, {_F32_2D}, float32[::1], {_F32_2D}, float64, int64[::1], {_F32_2D})",
     parallel=True,
     allocates=True,
 )
-def attention(query, ring, filled, ln_query, value_gate, r, eps, exp_table, y):
+def attention(query, ring, narrow, wide, filled, ln_query, value_gate, r, eps, exp_table, y):
     """``y = r + g_v * Attn(query)`` for ``r [B, d]`` (``LN_mid(u)``) and the query
-    product's result ``query [B, d]``, over the first ``filled`` slots of ``ring [B, R,
-    d]``: the query normalised with ``ln_query [2, d]`` (its gates and ``1/sqrt(d)``
-    folded into the gain and bias), the weighted sum over the sum of the weights, in units
-    of the memory, the value gate ``value_gate [d]``."""
+    product's result ``query [B, d]``, over the first ``filled`` slots of the ring
+    (:func:`attention_input`'s three arrays): the query normalised with ``ln_query [2, d]``
+    (its gates and ``1/sqrt(d)`` folded into the gain and bias), the weighted sum over the
+    sum of the weights, in units of the memory, the value gate ``value_gate [d]``."""
     d = r.shape[1]
     for b in prange(r.shape[0]):
         normed = np.empty(d, dtype=np.float32)
@@ -263,7 +284,8 @@ def attention(query, ring, filled, ln_query, value_gate, r, eps, exp_table, y):
         for j in range(d):
             normed[j] = _affine(normed[j], ln_query, j)
         total = np.empty(d, dtype=np.int64)
-        per_unit = (1.0 / np.float64(_attend(normed, ring[b, :filled], exp_table, total))) * 2.0**-MEMORY_FRACTION_BITS
+        weights = _attend(normed, ring[b, :filled], narrow[b, :filled], wide[b, :filled], exp_table, total)
+        per_unit = (1.0 / np.float64(weights)) * 2.0**-MEMORY_FRACTION_BITS
         for j in range(d):
             y[b, j] = r[b, j] + value_gate[j] * np.float32(np.float64(total[j]) * per_unit)
 

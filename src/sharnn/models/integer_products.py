@@ -135,6 +135,41 @@ def _dot_block(rows: int, streams: int):
 _block = _dot_block(ROWS, STREAMS)
 _column = _dot_block(ROWS, 1)
 
+_WIDE = ir.VectorType(ir.IntType(64), LANES // 2)
+
+
+@intrinsic
+def pair_dot(typingctx, a, b, i, j):
+    """``pair_dot(a, b, i, j)`` in a kernel: ``sum_k a[i, k] b[j, k]`` (int64) over the first
+    ``K - K % LANES`` columns of ``a [*, K]`` and ``b [*, K]`` (int16, C-contiguous),
+    adjacent products summed in int32 (``vpmaddwd``) and those sums in int64. Exact when
+    one of the two has no entry -2**15 (a pair is then at most ``2 * (2**15 - 1) * 2**15
+    < 2**31``); the caller sums the last ``K % LANES`` columns."""
+    for array in (a, b):
+        if not (isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C"):
+            raise TypingError("pair_dot takes C-contiguous matrices")
+        if array.dtype != types.int16:
+            raise TypingError(f"pair_dot takes int16, not {array.dtype}")
+    signature = types.int64(a, b, i, j)
+
+    def codegen(context, builder, signature, args):
+        a_array = context.make_array(signature.args[0])(context, builder, args[0])
+        b_array = context.make_array(signature.args[1])(context, builder, args[1])
+        width = builder.extract_value(a_array.shape, 1)
+        a_row, b_row = builder.mul(args[2], width), builder.mul(args[3], width)
+        total = cgutils.alloca_once_value(builder, ir.Constant(_WIDE, [0] * (LANES // 2)))
+        with cgutils.for_range(builder, builder.udiv(width, ir.Constant(width.type, LANES))) as loop:
+            k = builder.mul(loop.index, ir.Constant(width.type, LANES))
+            x = _load(builder, a_array.data, builder.add(a_row, k), 16)
+            y = _load(builder, b_array.data, builder.add(b_row, k), 16)
+            builder.store(builder.add(builder.load(total), builder.sext(_pair_sums(builder, x, y), _WIDE)), total)
+        reduce = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_WIDE.element, [_WIDE]), "llvm.vector.reduce.add.v16i64"
+        )
+        return builder.call(reduce, [builder.load(total)])
+
+    return signature, codegen
+
 
 @inline
 def _quantize(x, levels, unit, q):

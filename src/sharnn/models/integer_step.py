@@ -119,8 +119,14 @@ class IntegerStep:
         self.slots = span if positions is None else max(1, min(span, positions))
         d = model.config.d_model
         self.lstm = [(torch.zeros(streams, d), torch.zeros(streams, d)) for _ in model.blocks]
-        self._rings = [
-            None if block.attention is None else np.zeros((streams, self.slots, d), dtype=np.int32)
+        self._rings = [  # per attention block the ring (int32), its int16 copy, the rows the copy cannot hold
+            None
+            if block.attention is None
+            else (
+                np.zeros((streams, self.slots, d), dtype=np.int32),
+                np.zeros((streams, self.slots, d), dtype=np.int16),
+                np.zeros((streams, self.slots), dtype=np.bool_),
+            )
             for block in model.blocks
         ]
         self.refresh()
@@ -128,7 +134,7 @@ class IntegerStep:
     @property
     def memory(self) -> list[Tensor | None]:
         """Per block the memory ring as float64 (a copy; the kernels hold it in int32)."""
-        return [None if ring is None else torch.from_numpy(ring.astype(np.float64)) for ring in self._rings]
+        return [None if ring is None else torch.from_numpy(ring[0].astype(np.float64)) for ring in self._rings]
 
     @torch.no_grad()
     def refresh(self) -> None:
@@ -279,12 +285,13 @@ class _IntegerBlock:
         self.query = IntegerLinear(QuantizedWeights(head.query.weight.detach().cpu(), head.query.bias), streams)
         self.r, self.y = (np.zeros((streams, self.d), dtype=np.float32) for _ in "ry")
 
-    def attend(self, u: np.ndarray, ring: np.ndarray, slot: int, filled: int) -> np.ndarray:
+    def attend(self, u: np.ndarray, ring: tuple, slot: int, filled: int) -> np.ndarray:
         """``y = LN_mid(u) + g_v * Attn(LN_mid(u), memory)`` for ``u [B, d]``, ``LN_mem(u)``
-        written into ``ring [B, R, d]`` at ``slot`` first. Returns ``y [B, d]`` float32 (a buffer)."""
-        kernels.attention_input(u, ring, slot, self.ln_mem, self.ln_mid, self.eps, self.r)
+        written into the ring at ``slot`` first (``ring``: :func:`kernels.attention_input`'s
+        three arrays). Returns ``y [B, d]`` float32 (a buffer)."""
+        kernels.attention_input(u, *ring, slot, self.ln_mem, self.ln_mid, self.eps, self.r)
         query = self.query(self.r)
-        kernels.attention(query, ring, filled, self.ln_query, self.value_gate, self.r, self.eps, _tables()[2], self.y)
+        kernels.attention(query, *ring, filled, self.ln_query, self.value_gate, self.r, self.eps, _tables()[2], self.y)
         return self.y
 
     def _prepare_feed_forward(self, block: Block, streams: int) -> None:
