@@ -168,8 +168,11 @@ def kernel_threads(count: int) -> Iterator[None]:
     """Run the parallel kernels on ``min(count, numba's thread pool)`` threads; the previous
     count is restored. The bits do not depend on it (the module's rules)."""
     start_pool()
-    previous = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(count, numba.config.NUMBA_NUM_THREADS)))
+    previous, wanted = numba.get_num_threads(), max(1, min(count, numba.config.NUMBA_NUM_THREADS))
+    if wanted == previous:  # the common case, each position of a coding run: nothing to set
+        yield
+        return
+    numba.set_num_threads(wanted)
     try:
         yield
     finally:
