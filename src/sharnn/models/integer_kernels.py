@@ -17,15 +17,18 @@ one torch call per operation, with the same roundings in the same order:
   and ``LN_xff`` of one normalisation, the GELU from the sigmoid table, the Boom's chunks
   summed in order, the residual;
 - :func:`output_weights`: the output's integer weights from the ``exp`` table, their
-  logarithms in 1/256 nat and the probabilities over their exact sum.
+  logarithms in 1/256 nat and the probabilities over their exact sum;
+- :func:`position`: a whole position, each block's kernels and products called in order
+  from one kernel, so that no Python runs between them (its blocks: :func:`blocks_of`).
 
 Float32 operations stay float32: every constant is a ``np.float32`` (a Python float would
 make numba compute in float64 and round once at the end, which is another number). The
 float64 ones (the LayerNorm, the attention's scales) are exactly the specification's.
 
 The constants of :mod:`sharnn.models.exact` used here (the tables' ranges, the LayerNorm's
-bits, ``TINY``) are compiled in, and numba's cache knows only this file: after changing
-one, delete the cache (``__pycache__/*.nbi``) or touch this file.
+bits, ``TINY``) and the products of :mod:`sharnn.models.integer_products` are compiled in,
+and numba's cache knows only this file: after changing one, delete the cache
+(``__pycache__/*.nbi``) or touch this file.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ import math
 
 import numpy as np
 from numba import prange
+from numba.typed import List
 
 from ..compiled import inline, kernel
 from .exact import EXP_ENTRIES, EXP_RESOLUTION, LAYER_NORM_BITS, SIGMOID_RANGE, TABLE_RESOLUTION, TANH_RANGE, TINY
-from .integer_products import LANES, pair_dot
+from .integer_products import LANES, PRODUCT, pair_dot, product
 from .step import GELU_SLOPE
 
 MEMORY_FRACTION_BITS = 10  # the memory ring holds LN_mem's outputs in units of 2**-10 ...
@@ -356,3 +360,77 @@ def output_weights(logits, exp_table, probabilities, log_weights):
         inverse = 1.0 / np.float64(weights.sum())
         for v in range(logits.shape[1]):
             probabilities[b, v] = np.float64(weights[v]) * inverse
+
+
+# ------------------------------------------------------------------ a position, all blocks
+
+_F32_1D = "float32[::1]"
+BLOCK = (
+    f"Tuple((int64, float64, boolean, boolean, {_F32_2D}, {_F32_2D}, {_F32_2D}, {_F32_1D}, {_F32_2D}, {_F32_2D},"
+    f" {_F32_2D}, {PRODUCT}, {PRODUCT}, Tuple(({_RING})), {_F32_2D}, {_F32_2D}, {_F32_2D}, {_F32_1D}, {PRODUCT},"
+    f" {_F32_2D}, {_F32_2D}, {PRODUCT}, {PRODUCT}, {_F32_2D}, {_F32_2D}, {_F32_2D}, {_F32_2D}, {_F32_2D}, {_F32_2D}))"
+)  # one block's weights and buffers as position() reads them (sharnn.models.integer_step: _IntegerBlock.arguments)
+
+
+@kernel(f"ListType({BLOCK})({BLOCK})", allocates=True)
+def blocks_of(first):
+    """A list of blocks for :func:`position` holding ``first`` (:func:`append_block` adds
+    the others). Made in a kernel: a typed list made from Python has its methods compiled
+    in every process (1.4 s here), a kernel's code comes from the cache."""
+    blocks = List()
+    blocks.append(first)
+    return blocks
+
+
+@kernel(f"void(ListType({BLOCK}), {BLOCK})", allocates=True)
+def append_block(blocks, block):
+    """``block`` added to ``blocks`` (:func:`blocks_of`)."""
+    blocks.append(block)
+
+
+@kernel(
+    f"void(ListType({BLOCK}), int64[::1], {_F32_2D}, {_F32_2D}, float32[:, :, ::1], float32[:, :, ::1], int64, int64,"
+    f" {PRODUCT}, float32[::1], float32[::1], int64[::1])",
+    allocates=True,
+)
+def position(blocks, tokens, embedding, x, h, c, slot, filled, output, sigmoid, tanh, exp_table):
+    """One position of the integer step, every block and the output product, in one call
+    (each kernel of this module and each product called from here, in the order of
+    :class:`~sharnn.models.integer_step.IntegerStep`): ``tokens [B]`` in; ``h`` and ``c``
+    (``[L, B, d]``), the blocks' rings and buffers updated; the logits in ``output``'s
+    ``out [B, V]``. ``x [B, d]`` takes block 0's input, gathered from ``embedding [V, d]``
+    where block 0 has no table. A block (:data:`BLOCK`) without attention, a table, a
+    second product or the MLP's down projection holds empty arrays there."""
+    for b in range(tokens.shape[0]):
+        if blocks[0][10].shape[0] == 0:
+            x[b] = embedding[tokens[b]]
+    for i in range(len(blocks)):
+        block = blocks[i]
+        kind, eps, attends, mlp, ln_start, ln_ih, ln_hh, bias, ln_cell, staged, table, gate, from_input = block[:13]
+        ring, ln_mem, ln_mid, ln_query, value_gate, query, r, y = block[13:21]
+        up, down, ln_xff, ln_ff, normed, inner, z, hidden = block[21:]
+        if kind == FUSED:
+            block_input(x, ln_start, eps, h[i], staged)
+            gates = given = product(gate, staged)
+        else:
+            gates = given = product(gate, h[i])
+            if kind == LN_PRODUCT:
+                block_input(x, ln_start, eps, h[i], staged)
+                given = product(from_input, staged)
+        read = gates if table.shape[0] == 0 else table
+        recurrence(gates, given, read, tokens, kind, ln_ih, ln_hh, bias, ln_cell, eps, sigmoid, tanh, h[i], c[i])
+        out = h[i]
+        if attends:
+            attention_input(h[i], ring[0], ring[1], ring[2], slot, ln_mem, ln_mid, eps, r)
+            weighted = product(query, r)
+            attention(weighted, ring[0], ring[1], ring[2], filled, ln_query, value_gate, r, eps, exp_table, y)
+            out = y
+        feed_forward_input(out, ln_xff, eps, normed, inner)
+        pre = product(up, inner)
+        if mlp:
+            gelu(pre, sigmoid, hidden)
+            residual(product(down, hidden), normed, ln_ff, z)
+        else:
+            boom(pre, normed, ln_ff, sigmoid, z)
+        x = z
+    product(output, x)

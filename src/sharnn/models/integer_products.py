@@ -248,6 +248,28 @@ def linear32(x, levels, unit, weight, weight_scale, bias, has_bias, q, x_scale, 
             out[b, n] = _scaled(total, weight_scale[n], x_scale[b], bias[n], has_bias)
 
 
+PRODUCT = (
+    "Tuple((float32, float32, int8[:, ::1], float32[::1], float32[::1], boolean, int16[:, ::1], int32[:, ::1],"
+    " float32[::1], float32[:, ::1]))"
+)  # IntegerLinear.arguments: levels, unit, weight, weight_scale, bias, has_bias, q (int16 or int32), x_scale, out
+_NONE16, _NONE32 = np.zeros((0, 0), np.int16), np.zeros((0, 0), np.int32)  # the q an IntegerLinear does not use
+NO_PRODUCT = (np.float32(1), np.float32(1), np.zeros((0, 0), np.int8), np.zeros(0, np.float32), np.zeros(0, np.float32))
+NO_PRODUCT += (False, _NONE16, _NONE32, np.zeros(0, np.float32), np.zeros((0, 0), np.float32))  # where there is none
+
+
+@inline
+def product(arguments, x):
+    """In a kernel, an :class:`IntegerLinear` of its ``arguments`` (:data:`PRODUCT`) applied
+    to ``x [B, K]``: :func:`linear16`, or :func:`linear32` where its int32 ``q`` is the one
+    it uses. Returns its ``out [B, N]``."""
+    levels, unit, weight, weight_scale, bias, has_bias, q16, q32, x_scale, out = arguments
+    if q32.shape[0]:
+        linear32(x, levels, unit, weight, weight_scale, bias, has_bias, q32, x_scale, out)
+    else:
+        linear16(x, levels, unit, weight, weight_scale, bias, has_bias, q16, x_scale, out)
+    return out
+
+
 class IntegerLinear:
     """An exact product prepared for the kernels, with its buffers for ``B`` streams.
 
@@ -259,6 +281,9 @@ class IntegerLinear:
     Args:
         weights: the quantized weights (on any device; copied to the CPU).
         streams: ``B``, the rows of every input.
+
+    Attributes:
+        arguments: the product as a kernel calls it, :func:`product` (:data:`PRODUCT`).
     """
 
     def __init__(self, weights: QuantizedWeights, streams: int):
@@ -275,6 +300,9 @@ class IntegerLinear:
         self.q = np.zeros((streams, padded[1]), dtype=np.int16 if self.kernel is linear16 else np.int32)
         self.x_scale = np.zeros(streams, dtype=np.float32)
         self.out = np.zeros((streams, n), dtype=np.float32)
+        q16, q32 = (self.q, _NONE32) if self.kernel is linear16 else (_NONE16, self.q)
+        self.arguments = (self.levels, self.unit, self.weight, self.weight_scale, self.bias, self.has_bias)
+        self.arguments += (q16, q32, self.x_scale, self.out)  # what product() takes (PRODUCT)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """``x [B, K]`` float32 -> ``[B, N]`` float32 (its own buffer, overwritten by the next call)."""

@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from . import exact, integer_kernels as kernels
 from .exact import QuantizedWeights
 from .integer_kernels import MEMORY_LIMIT
-from .integer_products import IntegerLinear
+from .integer_products import NO_PRODUCT, IntegerLinear
 from .lstm import LayerNormLSTM
 from .sharnn import SHARNN, Block
 from .step import TABLE_MAX_ROWS, gate_weights
@@ -45,6 +45,9 @@ INTEGER_STEP_VERSION = (
 )
 
 MAX_SPAN = exact.FP64_EXACT // (exact.EXP_ONE * MEMORY_LIMIT)  # 16,384 positions: the weighted sum stays exact
+
+
+_EMPTY = np.zeros((0, 0), dtype=np.float32)  # what a block without a part holds there
 
 
 @cache
@@ -115,26 +118,26 @@ class IntegerStep:
             raise ConfigError(f"the integer step holds at most {MAX_SPAN:,} positions of memory, not {span:,}")
         compiled.ensure_compiled()
         self.model, self.streams, self.limit = model, streams, positions
+        self.device = model.embedding.weight.device
         self.position = 0
         self.slots = span if positions is None else max(1, min(span, positions))
-        d = model.config.d_model
-        self.lstm = [(torch.zeros(streams, d), torch.zeros(streams, d)) for _ in model.blocks]
-        self._rings = [  # per attention block the ring (int32), its int16 copy, the rows the copy cannot hold
-            None
-            if block.attention is None
-            else (
-                np.zeros((streams, self.slots, d), dtype=np.int32),
-                np.zeros((streams, self.slots, d), dtype=np.int16),
-                np.zeros((streams, self.slots), dtype=np.bool_),
+        d, layers = model.config.d_model, len(model.blocks)
+        self._h, self._c = np.zeros((layers, streams, d), np.float32), np.zeros((layers, streams, d), np.float32)
+        self.lstm = [(torch.from_numpy(self._h[i]), torch.from_numpy(self._c[i])) for i in range(layers)]  # views
+        self._rings = [  # per block the ring (int32), its int16 copy, the rows it cannot hold (empty: no attention)
+            (
+                np.zeros((streams, rows, d), dtype=np.int32),
+                np.zeros((streams, rows, d), dtype=np.int16),
+                np.zeros((streams, rows), dtype=np.bool_),
             )
-            for block in model.blocks
+            for rows in (0 if block.attention is None else self.slots for block in model.blocks)
         ]
         self.refresh()
 
     @property
     def memory(self) -> list[Tensor | None]:
         """Per block the memory ring as float64 (a copy; the kernels hold it in int32)."""
-        return [None if ring is None else torch.from_numpy(ring[0].astype(np.float64)) for ring in self._rings]
+        return [None if not ring[0].size else torch.from_numpy(ring[0].astype(np.float64)) for ring in self._rings]
 
     @torch.no_grad()
     def refresh(self) -> None:
@@ -150,6 +153,10 @@ class IntegerStep:
         self.gathered = np.zeros((self.streams, model.config.d_model), dtype=np.float32)
         output = QuantizedWeights(model.embedding.weight.detach().cpu(), model.output_bias)  # quantized on the CPU
         self.output = IntegerLinear(output, self.streams)
+        arguments = [block.arguments(ring) for block, ring in zip(self.blocks, self._rings)]
+        self._blocks = kernels.blocks_of(arguments[0])
+        for block in arguments[1:]:
+            kernels.append_block(self._blocks, block)
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
@@ -162,17 +169,15 @@ class IntegerStep:
             raise ValueError(f"the step was made for {self.limit} positions")
         slot, filled = self.position % self.slots, min(self.position + 1, self.slots)
         tokens_here = np.ascontiguousarray(tokens.cpu().numpy(), dtype=np.int64)
+        sigmoid, tanh, exp_table = _tables()
         with compiled.kernel_threads(torch.get_num_threads()):
-            x = None
-            if self.blocks[0].table is None:
-                x = np.take(self.embedding, tokens_here, axis=0, out=self.gathered)
-            for block, (h, c), ring in zip(self.blocks, self.lstm, self._rings):
-                block.recurrence(x, tokens_here, h.numpy(), c.numpy())
-                y = h.numpy() if ring is None else block.attend(h.numpy(), ring, slot, filled)
-                x = block.feed_forward(y)
-            logits = self.output(x).copy()
+            kernels.position(
+                self._blocks, tokens_here, self.embedding, self.gathered, self._h, self._c, slot, filled,
+                self.output.arguments, sigmoid, tanh, exp_table,
+            )  # fmt: skip
+        logits = torch.from_numpy(self.output.out.copy())
         self.position += 1
-        return torch.from_numpy(logits).to(self.model.embedding.weight.device)
+        return logits if self.device.type == "cpu" else logits.to(self.device)
 
     @staticmethod
     def probabilities(logits: Tensor) -> np.ndarray:
@@ -207,9 +212,27 @@ class _IntegerBlock:
         self.eps = block.ln_start.eps
         self.d = block.ln_start.weight.shape[0]
         self._prepare_recurrence(block, embedding, streams)
-        if block.attention is not None:
+        self.attends = block.attention is not None
+        if self.attends:
             self._prepare_attention(block, streams)
         self._prepare_feed_forward(block, streams)
+
+    def arguments(self, ring: tuple) -> tuple:
+        """What :func:`kernels.position` takes for this block (:data:`kernels.BLOCK`), with
+        its ``ring`` (the three arrays of :func:`kernels.attention_input`): empty arrays
+        and :data:`NO_PRODUCT` where the block has no such part."""
+        products = [self.fused] if self.kind == kernels.FUSED else [self.from_h, self.from_input]
+        gate, from_input = [p.arguments if p is not None else NO_PRODUCT for p in [*products, None]][:2]
+        recurrence = (self.ln_start, self.ln_ih, self.ln_hh, self.bias, self.ln_cell, self.staged)
+        recurrence += (_EMPTY if self.table is None else self.table, gate, from_input)
+        if self.attends:
+            attention = (ring, self.ln_mem, self.ln_mid, self.ln_query, self.value_gate, self.query.arguments)
+            attention += (self.r, self.y)
+        else:
+            attention = (ring, _EMPTY, _EMPTY, _EMPTY, _EMPTY.reshape(0), NO_PRODUCT, _EMPTY, _EMPTY)
+        down, hidden = (NO_PRODUCT, _EMPTY) if self.down is None else (self.down.arguments, self.hidden)
+        feed_forward = (self.up.arguments, down, self.ln_xff, self.ln_ff, self.normed, self.inner, self.z, hidden)
+        return (self.kind, self.eps, self.attends, self.down is not None, *recurrence, *attention, *feed_forward)
 
     def _prepare_recurrence(self, block: Block, embedding: Tensor | None, streams: int) -> None:
         """The gate products, the LN-LSTM's LayerNorms and the kind of gates (:data:`kernels.FUSED`, ...)."""
@@ -243,24 +266,6 @@ class _IntegerBlock:
         kernels.input_gates(gates, self.ln_ih, self.bias, self.eps, table)
         return table
 
-    def recurrence(self, x: np.ndarray | None, tokens: np.ndarray, h: np.ndarray, c: np.ndarray) -> None:
-        """The LSTM (or LN-LSTM) of one position, as :class:`Step`'s: ``h`` and ``c``
-        (``[B, d]``) updated in place from the input ``x [B, d]`` (None with a table, which
-        reads ``tokens [B]``)."""
-        if self.kind == kernels.FUSED:
-            kernels.block_input(x, self.ln_start, self.eps, h, self.staged)
-            gates = from_input = self.fused(self.staged)
-        else:
-            gates = from_input = self.from_h(h)
-            if self.kind == kernels.LN_PRODUCT:
-                kernels.block_input(x, self.ln_start, self.eps, h, self.staged)
-                from_input = self.from_input(self.staged)
-        table = gates if self.table is None else self.table
-        kernels.recurrence(
-            gates, from_input, table, tokens, self.kind, self.ln_ih, self.ln_hh, self.bias, self.ln_cell, self.eps,
-            *_tables()[:2], h, c,
-        )  # fmt: skip
-
     def _prepare_attention(self, block: Block, streams: int) -> None:
         """The value gate's constant; the query's gates and ``1/sqrt(d)`` in ``ln_query``'s
         gain and bias (as :class:`Step`'s), with correctly rounded scalar functions."""
@@ -285,15 +290,6 @@ class _IntegerBlock:
         self.query = IntegerLinear(QuantizedWeights(head.query.weight.detach().cpu(), head.query.bias), streams)
         self.r, self.y = (np.zeros((streams, self.d), dtype=np.float32) for _ in "ry")
 
-    def attend(self, u: np.ndarray, ring: tuple, slot: int, filled: int) -> np.ndarray:
-        """``y = LN_mid(u) + g_v * Attn(LN_mid(u), memory)`` for ``u [B, d]``, ``LN_mem(u)``
-        written into the ring at ``slot`` first (``ring``: :func:`kernels.attention_input`'s
-        three arrays). Returns ``y [B, d]`` float32 (a buffer)."""
-        kernels.attention_input(u, *ring, slot, self.ln_mem, self.ln_mid, self.eps, self.r)
-        query = self.query(self.r)
-        kernels.attention(query, *ring, filled, self.ln_query, self.value_gate, self.r, self.eps, _tables()[2], self.y)
-        return self.y
-
     def _prepare_feed_forward(self, block: Block, streams: int) -> None:
         """The Boom's (or MLP's) products and ``LN_xff`` and ``LN_ff``."""
         ff = block.feed_forward
@@ -307,16 +303,3 @@ class _IntegerBlock:
         self.ln_xff, self.ln_ff = _norm(ff.ln_xff), _norm(ff.ln_ff)
         self.normed, self.inner, self.z = (np.zeros((streams, self.d), dtype=np.float32) for _ in "niz")
         self.hidden = None if self.down is None else np.zeros((streams, up.weight.shape[0]), dtype=np.float32)
-
-    def feed_forward(self, y: np.ndarray) -> np.ndarray:
-        """``z = LN_ff(y) + Boom(LN_xff(y))`` (or the MLP) for ``y [B, d]``, one exact
-        normalisation shared by both LayerNorms. Returns ``z [B, d]`` float32 (a buffer)."""
-        kernels.feed_forward_input(y, self.ln_xff, self.eps, self.normed, self.inner)
-        pre = self.up(self.inner)  # [B, F]
-        sigmoid = _tables()[0]
-        if self.down is None:
-            kernels.boom(pre, self.normed, self.ln_ff, sigmoid, self.z)
-        else:
-            kernels.gelu(pre, sigmoid, self.hidden)
-            kernels.residual(self.down(self.hidden), self.normed, self.ln_ff, self.z)
-        return self.z
