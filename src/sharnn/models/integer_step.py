@@ -221,8 +221,11 @@ class _IntegerBlock:
         """What :func:`kernels.position` takes for this block (:data:`kernels.BLOCK`), with
         its ``ring`` (the three arrays of :func:`kernels.attention_input`): empty arrays
         and :data:`NO_PRODUCT` where the block has no such part."""
-        products = [self.fused] if self.kind == kernels.FUSED else [self.from_h, self.from_input]
-        gate, from_input = [p.arguments if p is not None else NO_PRODUCT for p in [*products, None]][:2]
+        if self.kind == kernels.FUSED:
+            gate, from_input = self.fused.arguments, NO_PRODUCT
+        else:
+            gate = self.from_h.arguments
+            from_input = NO_PRODUCT if self.from_input is None else self.from_input.arguments
         recurrence = (self.ln_start, self.ln_ih, self.ln_hh, self.bias, self.ln_cell, self.staged)
         recurrence += (_EMPTY if self.table is None else self.table, gate, from_input)
         if self.attends:
