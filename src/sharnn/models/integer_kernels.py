@@ -401,8 +401,8 @@ def position(blocks, tokens, embedding, x, h, c, slot, filled, output, sigmoid, 
     ``out [B, V]``. ``x [B, d]`` takes block 0's input, gathered from ``embedding [V, d]``
     where block 0 has no table. A block (:data:`BLOCK`) without attention, a table, a
     second product or the MLP's down projection holds empty arrays there."""
-    for b in range(tokens.shape[0]):
-        if blocks[0][10].shape[0] == 0:
+    if blocks[0][10].shape[0] == 0:  # block 0 has no table: its input is gathered
+        for b in range(tokens.shape[0]):
             x[b] = embedding[tokens[b]]
     for i in range(len(blocks)):
         block = blocks[i]
@@ -422,8 +422,8 @@ def position(blocks, tokens, embedding, x, h, c, slot, filled, output, sigmoid, 
         out = h[i]
         if attends:
             attention_input(h[i], ring[0], ring[1], ring[2], slot, ln_mem, ln_mid, eps, r)
-            weighted = product(query, r)
-            attention(weighted, ring[0], ring[1], ring[2], filled, ln_query, value_gate, r, eps, exp_table, y)
+            queried = product(query, r)
+            attention(queried, ring[0], ring[1], ring[2], filled, ln_query, value_gate, r, eps, exp_table, y)
             out = y
         feed_forward_input(out, ln_xff, eps, normed, inner)
         pre = product(up, inner)
