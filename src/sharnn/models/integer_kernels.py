@@ -239,10 +239,12 @@ def _attend(query, memory, narrow, wide, exp_table, total):
     scale = _power_of_two(_largest(query), QUERY_BITS)
     q = np.empty((1, d), dtype=np.int16)  # a row for pair_dot; ...
     q_wide = np.empty(d, dtype=np.int64)  # ... and each of its entries, one of them 2**15 perhaps
+    largest = np.int64(0)
     for j in range(d):
         q_wide[j] = np.int64(np.rint(np.float64(query[j]) * scale))
         q[0, j] = np.int16(q_wide[j])
-    paired = d - d % LANES if np.abs(q_wide).max() < MEMORY_LIMIT else 0  # the columns pair_dot sums
+        largest = max(largest, abs(q_wide[j]))
+    paired = d - d % LANES if largest < MEMORY_LIMIT else 0  # the columns pair_dot sums
     scores = np.empty(n, dtype=np.int64)
     for t in range(n):
         score = pair_dot(narrow, q, t, 0) if paired else np.int64(0)

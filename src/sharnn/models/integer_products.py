@@ -89,6 +89,15 @@ def _lane_sums(builder, vectors: list) -> list:
     return [builder.extract_element(sums, ir.Constant(_I32, i)) for i in range(sums.type.count)]
 
 
+def _check_matrices(name: str, *arrays) -> None:
+    """At compile time: each ``(array, dtype)`` a C-contiguous matrix of that dtype."""
+    for array, dtype in arrays:
+        if not (isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C"):
+            raise TypingError(f"{name} takes C-contiguous matrices")
+        if array.dtype != dtype:
+            raise TypingError(f"{name} takes {dtype} here, not {array.dtype}")
+
+
 def _dot_block(rows: int, streams: int):
     """An intrinsic ``block(q, weight, b, n)``: the ``rows x streams`` dot products of
     weight rows ``n .. n + rows - 1`` (``weight [N, K]`` int8) with input rows ``b .. b +
@@ -97,11 +106,7 @@ def _dot_block(rows: int, streams: int):
 
     @intrinsic
     def block(typingctx, q, weight, b, n):
-        for array, dtype in ((q, types.int16), (weight, types.int8)):
-            if not (isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C"):
-                raise TypingError("a dot block takes C-contiguous matrices")
-            if array.dtype != dtype:
-                raise TypingError(f"a dot block takes {dtype} here, not {array.dtype}")
+        _check_matrices("a dot block", (q, types.int16), (weight, types.int8))
         signature = types.UniTuple(types.int32, rows * streams)(q, weight, b, n)
 
         def codegen(context, builder, signature, args):
@@ -145,11 +150,7 @@ def pair_dot(typingctx, a, b, i, j):
     adjacent products summed in int32 (``vpmaddwd``) and those sums in int64. Exact when
     one of the two has no entry -2**15 (a pair is then at most ``2 * (2**15 - 1) * 2**15
     < 2**31``); the caller sums the last ``K % LANES`` columns."""
-    for array in (a, b):
-        if not (isinstance(array, types.Array) and array.ndim == 2 and array.layout == "C"):
-            raise TypingError("pair_dot takes C-contiguous matrices")
-        if array.dtype != types.int16:
-            raise TypingError(f"pair_dot takes int16, not {array.dtype}")
+    _check_matrices("pair_dot", (a, types.int16), (b, types.int16))
     signature = types.int64(a, b, i, j)
 
     def codegen(context, builder, signature, args):
