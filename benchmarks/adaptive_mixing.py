@@ -74,17 +74,17 @@ VARIANTS = {  # name: the mixing version and the module constants it changes
 
 
 class Replay:
-    """A step that gives back logits recorded from another walk, one position per call
-    (and the integer step's log weights of them, which the mixers take)."""
-
-    log_weights = staticmethod(IntegerStep.log_weights)
+    """A step that gives back logits recorded from another walk, one position per call,
+    as the integer step's :meth:`~sharnn.models.integer_step.IntegerStep.weights` of them
+    (the mixers take the log weights)."""
 
     def __init__(self, logits: list[torch.Tensor], streams: int):
         self.logits, self.streams, self.position = logits, streams, 0
 
-    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+    def weights(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self.position += 1
-        return self.logits[self.position - 1]
+        logits = self.logits[self.position - 1]
+        return IntegerStep.probabilities(logits), IntegerStep.log_weights(logits)
 
 
 def ideal_bits(predictor: Predictor, data: bytes) -> float:
@@ -137,9 +137,9 @@ def model_alone(model, data: bytes) -> tuple[float, list[torch.Tensor], int]:
     recorded = []
 
     class Recording(IntegerPredictor):
-        def logits(self, grid: np.ndarray, t: int) -> torch.Tensor:
-            recorded.append(super().logits(grid, t))
-            return recorded[-1]
+        def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
+            recorded.append(self.logits(grid, t))
+            return self.step.probabilities(recorded[-1])
 
     rows = -(-len(data) // streams)
     bits = ideal_bits(Recording(inference_step(model, streams, rows, "integer"), CPU), data)

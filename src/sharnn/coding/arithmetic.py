@@ -185,7 +185,7 @@ class IntegerPredictor(Predictor):
     """The integer step and its exactly specified softmax: the same bits on every CPU."""
 
     def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
-        return self.step.probabilities(self.logits(grid, t))
+        return self.step.weights(grid[t])[0]
 
 
 class MixedPredictor(Predictor):
@@ -213,7 +213,7 @@ class MixedPredictor(Predictor):
     def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
         if not self.model_input:
             return self.mixer.mix(self.flat)
-        return self.mixer.mix(self.step.log_weights(self.logits(grid, t)))
+        return self.mixer.mix(self.step.weights(grid[t])[1])
 
     def learn(self, coded: np.ndarray) -> None:
         self.mixer.update(coded)
@@ -221,7 +221,7 @@ class MixedPredictor(Predictor):
     def code(self, grid: np.ndarray, t: int, running: int, coder: Coder) -> np.ndarray:
         if not isinstance(self.mixer, BitMixer):
             return super().code(grid, t, running, coder)
-        weights = self.flat if not self.model_input else self.step.log_weights(self.logits(grid, t))
+        weights = self.flat if not self.model_input else self.step.weights(grid[t])[1]
         return self.mixer.code(weights, coder.bits, coder.symbols(t, running))
 
 

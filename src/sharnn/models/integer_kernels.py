@@ -392,17 +392,21 @@ def append_block(blocks, block):
 
 @kernel(
     f"void(ListType({BLOCK}), int64[::1], {_F32_2D}, {_F32_2D}, float32[:, :, ::1], float32[:, :, ::1], int64, int64,"
-    f" {PRODUCT}, float32[::1], float32[::1], int64[::1])",
+    f" {PRODUCT}, float32[::1], float32[::1], int64[::1], float64[:, ::1], int32[:, ::1])",
     allocates=True,
 )
-def position(blocks, tokens, embedding, x, h, c, slot, filled, output, sigmoid, tanh, exp_table):
+def position(
+    blocks, tokens, embedding, x, h, c, slot, filled, output, sigmoid, tanh, exp_table, probabilities, log_weights
+):
     """One position of the integer step, every block and the output product, in one call
     (each kernel of this module and each product called from here, in the order of
     :class:`~sharnn.models.integer_step.IntegerStep`): ``tokens [B]`` in; ``h`` and ``c``
     (``[L, B, d]``), the blocks' rings and buffers updated; the logits in ``output``'s
-    ``out [B, V]``. ``x [B, d]`` takes block 0's input, gathered from ``embedding [V, d]``
-    where block 0 has no table. A block (:data:`BLOCK`) without attention, a table, a
-    second product or the MLP's down projection holds empty arrays there."""
+    ``out [B, V]``, and, unless they are empty, their :func:`output_weights` in
+    ``probabilities`` and ``log_weights`` (``[B, V]``). ``x [B, d]`` takes block 0's input,
+    gathered from ``embedding [V, d]`` where block 0 has no table. A block (:data:`BLOCK`)
+    without attention, a table, a second product or the MLP's down projection holds empty
+    arrays there."""
     if blocks[0][10].shape[0] == 0:  # block 0 has no table: its input is gathered
         for b in range(tokens.shape[0]):
             x[b] = embedding[tokens[b]]
@@ -435,4 +439,6 @@ def position(blocks, tokens, embedding, x, h, c, slot, filled, output, sigmoid, 
         else:
             boom(pre, normed, ln_ff, sigmoid, z)
         x = z
-    product(output, x)
+    logits = product(output, x)
+    if probabilities.shape[0]:
+        output_weights(logits, exp_table, probabilities, log_weights)

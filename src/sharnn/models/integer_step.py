@@ -48,6 +48,7 @@ MAX_SPAN = exact.FP64_EXACT // (exact.EXP_ONE * MEMORY_LIMIT)  # 16,384 position
 
 
 _EMPTY = np.zeros((0, 0), dtype=np.float32)  # what a block without a part holds there
+_NO_WEIGHTS = (np.zeros((0, 0)), np.zeros((0, 0), np.int32))  # a position whose output's weights are not wanted
 
 
 @cache
@@ -86,6 +87,7 @@ class IntegerStep:
 
         step = IntegerStep(model, streams=8)
         probs = step.probabilities(step(tokens))   # tokens [B] int64 -> [B, 256] float64
+        probs, log_weights = step.weights(tokens.numpy())   # the same, without the logits: one call
 
     The kernels run on the CPU (the model may be on a GPU: its weights are copied), on
     torch's thread count (``torch.set_num_threads``), which changes no bit.
@@ -153,6 +155,8 @@ class IntegerStep:
         self.gathered = np.zeros((self.streams, model.config.d_model), dtype=np.float32)
         output = QuantizedWeights(model.embedding.weight.detach().cpu(), model.output_bias)  # quantized on the CPU
         self.output = IntegerLinear(output, self.streams)
+        vocabulary = model.config.vocab_size
+        self._weights = (np.zeros((self.streams, vocabulary)), np.zeros((self.streams, vocabulary), np.int32))
         arguments = [block.arguments(ring) for block, ring in zip(self.blocks, self._rings)]
         self._blocks = kernels.blocks_of(arguments[0])
         for block in arguments[1:]:
@@ -165,19 +169,34 @@ class IntegerStep:
         Raises:
             ValueError: more positions than ``positions``.
         """
+        self._position(np.ascontiguousarray(tokens.cpu().numpy(), dtype=np.int64), _NO_WEIGHTS)
+        logits = torch.from_numpy(self.output.out.copy())
+        return logits if self.device.type == "cpu" else logits.to(self.device)
+
+    def weights(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``tokens [B]`` (int64, numpy) -> what :meth:`probabilities` and
+        :meth:`log_weights` give of this position's logits: ``[B, V]`` float64 and int32,
+        in the same kernel call as the position (the coder's way: no logits through torch).
+        The arrays are the step's own, overwritten by its next position.
+
+        Raises:
+            ValueError: more positions than ``positions``.
+        """
+        self._position(np.ascontiguousarray(tokens, dtype=np.int64), self._weights)
+        return self._weights
+
+    def _position(self, tokens: np.ndarray, weights: tuple[np.ndarray, np.ndarray]) -> None:
+        """Run the position of ``tokens [B]`` (:func:`kernels.position`), ``weights`` filled unless empty."""
         if self.limit is not None and self.position >= self.limit:
             raise ValueError(f"the step was made for {self.limit} positions")
         slot, filled = self.position % self.slots, min(self.position + 1, self.slots)
-        tokens_here = np.ascontiguousarray(tokens.cpu().numpy(), dtype=np.int64)
         sigmoid, tanh, exp_table = _tables()
         with compiled.kernel_threads(torch.get_num_threads()):
             kernels.position(
-                self._blocks, tokens_here, self.embedding, self.gathered, self._h, self._c, slot, filled,
-                self.output.arguments, sigmoid, tanh, exp_table,
+                self._blocks, tokens, self.embedding, self.gathered, self._h, self._c, slot, filled,
+                self.output.arguments, sigmoid, tanh, exp_table, *weights,
             )  # fmt: skip
-        logits = torch.from_numpy(self.output.out.copy())
         self.position += 1
-        return logits if self.device.type == "cpu" else logits.to(self.device)
 
     @staticmethod
     def probabilities(logits: Tensor) -> np.ndarray:
