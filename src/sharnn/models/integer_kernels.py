@@ -90,11 +90,12 @@ def _layer_norm(x, eps, out):
     while (1 << log2) < n:
         log2 += 1
     scale = _power_of_two(_largest(x), min(LAYER_NORM_BITS, (52 - 2 * log2) // 2))
-    total, squares = 0.0, 0.0  # sums of integers: exact in any order
+    whole, square_sum = 0, 0  # sums of integers, in int64 (vectors): below 2**53, exact as float64 too
     for value in x:
-        q = np.rint(np.float64(value) * scale)
-        total += q
-        squares += q * q
+        q = np.int64(np.rint(np.float64(value) * scale))
+        whole += q
+        square_sum += q * q
+    total, squares = np.float64(whole), np.float64(square_sum)
     spread = squares * n - total * total
     inverse = 1.0 / math.sqrt(spread + scale * scale * (eps * n * n))
     for j in range(n):
@@ -314,18 +315,21 @@ def feed_forward_input(y, ln_xff, eps, normed, inner):
             inner[b, j] = _affine(normed[b, j], ln_xff, j)
 
 
-@kernel(f"void({_F32_2D}, {_F32_2D}, {_F32_2D}, float32[::1], {_F32_2D})", parallel=True)
+@kernel(f"void({_F32_2D}, {_F32_2D}, {_F32_2D}, float32[::1], {_F32_2D})", parallel=True, allocates=True)
 def boom(pre, normed, ln_ff, sigmoid, z):
     """``z = LN_ff(y) + Boom``: the GELU of the up-projection ``pre [B, F]``, its ``F/d``
     chunks of ``d`` summed in order (one rounding each), added to ``normed [B, d]`` under
     ``LN_ff``'s gain and bias ``ln_ff [2, d]``."""
     d = z.shape[1]
     for b in prange(z.shape[0]):
+        inner = np.empty(d, dtype=np.float32)  # each feature's sum, chunk after chunk (loops over features: vectors)
         for j in range(d):
-            inner = _gelu(pre[b, j], sigmoid)
-            for chunk in range(1, pre.shape[1] // d):
-                inner = inner + _gelu(pre[b, chunk * d + j], sigmoid)
-            z[b, j] = _affine(normed[b, j], ln_ff, j) + inner
+            inner[j] = _gelu(pre[b, j], sigmoid)
+        for chunk in range(1, pre.shape[1] // d):
+            for j in range(d):
+                inner[j] = inner[j] + _gelu(pre[b, chunk * d + j], sigmoid)
+        for j in range(d):
+            z[b, j] = _affine(normed[b, j], ln_ff, j) + inner[j]
 
 
 @kernel(f"void({_F32_2D}, float32[::1], {_F32_2D})", parallel=True)
