@@ -117,8 +117,11 @@ def test_the_constants_are_the_specification_s():
 def _assert_same_steps(model, streams: int, positions: int, limit: int | None = None) -> None:
     """The kernels' step and the specification's, fed the same tokens (each position's
     most probable byte, scrambled): logits, probabilities, log weights, ``(h, c)`` and the
-    memory bitwise equal at every position."""
+    memory bitwise equal at every position; and a third step's :meth:`IntegerStep.weights`
+    (the coder's call: the output's weights in the position's kernel call) the same
+    probabilities and log weights."""
     ours, theirs = IntegerStep(model, streams, limit), spec.IntegerStep(model, streams, limit)
+    coder = IntegerStep(model, streams, limit)
     tokens = torch.arange(streams) * 37 % model.config.vocab_size
     for t in range(positions):
         logits, expected = ours(tokens), theirs(tokens)
@@ -126,6 +129,8 @@ def _assert_same_steps(model, streams: int, positions: int, limit: int | None = 
         probabilities = ours.probabilities(logits)
         assert np.array_equal(probabilities, theirs.probabilities(expected)), f"probabilities at position {t}"
         assert np.array_equal(ours.log_weights(logits), exact.log_weights(expected).numpy())
+        coded, coded_log_weights = coder.weights(tokens.numpy())
+        assert np.array_equal(coded, probabilities) and np.array_equal(coded_log_weights, ours.log_weights(logits))
         for i, ((h, c), (h_spec, c_spec)) in enumerate(zip(ours.lstm, theirs.lstm)):
             assert torch.equal(h, h_spec) and torch.equal(c, c_spec), f"(h, c) of block {i} at position {t}"
         for i, (ring, ring_spec) in enumerate(zip(ours.memory, theirs.memory)):
