@@ -315,14 +315,14 @@ def feed_forward_input(y, ln_xff, eps, normed, inner):
             inner[b, j] = _affine(normed[b, j], ln_xff, j)
 
 
-@kernel(f"void({_F32_2D}, {_F32_2D}, {_F32_2D}, float32[::1], {_F32_2D})", parallel=True, allocates=True)
+@kernel(f"void({_F32_2D}, {_F32_2D}, {_F32_2D}, float32[::1], {_F32_2D})", parallel=True)
 def boom(pre, normed, ln_ff, sigmoid, z):
     """``z = LN_ff(y) + Boom``: the GELU of the up-projection ``pre [B, F]``, its ``F/d``
     chunks of ``d`` summed in order (one rounding each), added to ``normed [B, d]`` under
     ``LN_ff``'s gain and bias ``ln_ff [2, d]``."""
     d = z.shape[1]
     for b in prange(z.shape[0]):
-        inner = np.empty(d, dtype=np.float32)  # each feature's sum, chunk after chunk (loops over features: vectors)
+        inner = z[b]  # each feature's sum, chunk after chunk (loops over features: vectors)
         for j in range(d):
             inner[j] = _gelu(pre[b, j], sigmoid)
         for chunk in range(1, pre.shape[1] // d):
