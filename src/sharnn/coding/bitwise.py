@@ -57,8 +57,8 @@ running sums and splits are float64 in a fixed order, exactly rounded on every m
 stretch and squash tables (within ±2047 and 1 .. 4095) as int16, all read into int64: a
 quarter of the memory, the same numbers (measured: the mix 12% faster). A stream's first half
 byte's rows are asked from the memory before any stream is coded, the second's once its
-first 4 bits are known, and each node's two children's weight sets before the node is
-computed (:func:`~sharnn.compiled.prefetch`, a hint: no number changes); the node and its
+first 4 bits are known, and each node's two children's weight sets and APM rows before the
+node is computed (:func:`~sharnn.compiled.prefetch`, a hint: no number changes); the node and its
 helpers are compiled into the kernel that calls them (:func:`sharnn.compiled.inline`).
 """
 
@@ -304,9 +304,9 @@ def _node(state, curves, b, c0, cums, work):
         sums[m] = total  # summed in a register: a sum kept in the array is stored at every step
         mixed += final[m] * _clip(total)
     sums[3] = _squash(mixed >> 16, squash)
-    sums[4], sums[5] = stretch[sums[3]] + 2048, (c0 | (previous[b] << 8)) & (_APM_ROWS - 1)
-    for j in range(2):
-        sums[6 + j] = _apm_row(contexts, b, c0, j)
+    sums[4] = stretch[sums[3]] + 2048
+    for j in range(3):
+        sums[5 + j] = _apm_row(contexts, previous, b, c0, j)
     point, fraction, p = sums[4] >> 7, sums[4] & 127, 0
     for j in range(3):
         row = sums[5 + j]
@@ -350,26 +350,29 @@ def _running_sums(probs, cum):
 @inline
 def _fetch(state, b, c0, half, rows):
     """Ask the memory early for what stream ``b``'s node ``c0`` will read at random: its
-    rows of the hashed APMs and, with ``rows``, its half byte's (``half``, :func:`_half`)
+    rows of the three APMs and, with ``rows``, its half byte's (``half``, :func:`_half`)
     rows of the context models. A hint to the CPU (:func:`~sharnn.compiled.prefetch`): no
     number changes."""
-    tables, _, apm, contexts, _ = state
+    tables, _, apm, contexts, previous = state
     if rows:
         for i in range(CONTEXTS):
             first = _slot(contexts[b, i], i, half, len(tables) - 1)[0]
             for k in range(WAYS):
                 prefetch(tables, (first + k) * tables.shape[1])
-    for j in range(2):
-        row = _apm_row(contexts, b, c0, j)
+    for j in range(3):
+        row = _apm_row(contexts, previous, b, c0, j)
         prefetch(apm, row * apm.shape[1])
         prefetch(apm, row * apm.shape[1] + apm.shape[1] - 1)
 
 
 @inline
-def _apm_row(contexts, b, c0, j):
-    """Stream ``b``'s row of hashed APM ``j`` (0: by the last 2 bytes, 1: by the last 4) at node ``c0``."""
-    hashed = (contexts[b, _APM_ORDERS[j] - 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER
-    return (1 + j) * _APM_ROWS + np.int64(hashed >> np.uint64(48))
+def _apm_row(contexts, previous, b, c0, j):
+    """Stream ``b``'s row of APM ``j`` at node ``c0``: 0, by the previous byte; 1 and 2,
+    hashed, by the last 2 bytes and by the last 4."""
+    if j == 0:
+        return (c0 | (previous[b] << 8)) & (_APM_ROWS - 1)
+    hashed = (contexts[b, _APM_ORDERS[j - 1] - 1] + np.uint64(c0) * _SLOT_MULTIPLIER) * _MULTIPLIER
+    return j * _APM_ROWS + np.int64(hashed >> np.uint64(48))
 
 
 @inline
@@ -443,11 +446,12 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
         work[2][:] = False
         c0, under = 1, False
         for depth in range(8):
-            if depth < 7:
+            if depth < 7:  # both children's weight sets and APM rows asked for
                 for child in range(2 * c0, 2 * c0 + 2):
                     for row in (child, 256 + previous[b] * 256 + child):
                         for line in range(0, INPUTS + 1, 8):
                             prefetch(weights, row * weights.shape[1] + line)
+                    _fetch(state, b, child, 0, False)
             _slots(tables, contexts, b, c0, depth, work)  # claimed where a context is new
             p, under = _coded_probability(cums[b, 0], c0, depth, _node(state, curves, b, c0, cums[b], work), under)
             if decode:
@@ -490,11 +494,12 @@ class BitMixer(MatchMixer):
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
-        tables = mixing._small_page_zeros((slots_for(streams * positions) + 1, 16), np.int32)  # zero: p = 1/2, n = 0
+        # zero: p = 1/2, n = 0; every page touched now, not in the middle of a node
+        tables = mixing._small_page_zeros((slots_for(streams * positions) + 1, 16), np.int32, touched=True)
         # the last column: how often the set has learned. At first each mixer is version 2
         # alone, its weight 1: a set of A, B or C holds each weight less its start (all 0,
-        # memory touched as the sets are used: 53 MiB), and the final mixer the mean.
-        weights = mixing._small_page_zeros((SETS, INPUTS + 1), np.int64)
+        # 53 MiB, touched now as the table is), and the final mixer the mean.
+        weights = mixing._small_page_zeros((SETS, INPUTS + 1), np.int64, touched=True)
         weights[_FINAL:_C, :3] = mixing.WEIGHT_UNIT // 3
         apm = np.repeat(_squash_points().astype(np.uint16)[None], 3 * _APM_ROWS, axis=0)
         contexts, previous = np.zeros((streams, CONTEXTS), np.uint64), np.zeros(streams, np.int64)

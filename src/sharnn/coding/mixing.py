@@ -365,16 +365,22 @@ def _update(tables, places, history, word, model, inputs, mixers, coded):
     return True
 
 
-def _small_page_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+def _small_page_zeros(shape: tuple[int, ...], dtype, touched: bool = False) -> np.ndarray:
     """Zeros of ``shape`` in fresh private memory, which Linux maps a small page at a time
     as it is first touched. (numpy asks Linux for huge pages for its large arrays,
     ``madvise(MADV_HUGEPAGE)``; a first write into one may then stall while the kernel
     compacts memory: measured, 50 to 180 ms per position for the first positions of a
-    file, as the tables are first written a row here, a row there.) Elsewhere, numpy's."""
+    file, as the tables are first written a row here, a row there.) With ``touched``, every
+    page is touched here, once, in order: for an array that the coding reads all over at
+    random, where a page's first touch in the middle of a node cost more (mixing 3's
+    tables: docs/compression.md, "Measured: the bits stage's memory touched at the start").
+    Elsewhere, numpy's."""
     if not hasattr(mmap, "MADV_NOHUGEPAGE"):
         return np.zeros(shape, dtype=dtype)
     memory = mmap.mmap(-1, math.prod(shape) * np.dtype(dtype).itemsize, flags=mmap.MAP_PRIVATE)
     memory.madvise(mmap.MADV_NOHUGEPAGE)
+    if touched:
+        np.frombuffer(memory, dtype=np.uint8)[:: mmap.PAGESIZE] = 0
     return np.frombuffer(memory, dtype=dtype).reshape(shape)
 
 
