@@ -7,7 +7,7 @@ first 10,000 bytes of alice29; also ``json``, ``log`` and ``binary``, the files 
 judge the coder beyond prose, issue 41), each compressor compresses and decompresses it;
 every round trip is checked, and the order of the compressors is rotated from repeat to
 repeat (interleaved, so a busy moment of the machine falls on each in turn). One thread
-everywhere.
+everywhere but ``sharnn --threads 2``.
 
 - ``sharnn``: this checkout's ``sharnn.coding.codec.compress`` / ``decompress`` with the
   shipped model and no options (what ``sharnn compress FILE`` does), in a fresh process, the
@@ -15,9 +15,12 @@ everywhere.
 - with ``--modes [MODE ...]`` (none named: all), ``sharnn --mixing 2`` and ``--mixing 1``
   (the adaptive stage of versions 2 and 1), ``sharnn --no-adapt`` (the model alone) and
   ``sharnn --streams 32`` (0.4.0's streams on a file of 256 KB or more: an eighth of the
-  positions of the default 4, each stream's start cold): the same with those arguments of
+  positions of the default 4, each stream's start cold) and ``sharnn --threads 2`` (the
+  products and the kernels on two threads): the same with those arguments of
   ``compress``; beside ``--mixing 2``, the ``x --mixing 2``
-  column (issue 41's speed target: mixing 3 at least 0.8 of it, the slower direction);
+  column (issue 41's speed target: mixing 3 at least 0.8 of it, the slower direction), and
+  for two threads ``x one thread``, its speed over ``sharnn``'s (issue 39's target: at least
+  1.7, the slower direction);
 - ``sharnn BASELINE``: the same in the checkout ``--baseline DIR`` (a ``git worktree`` of
   an earlier release, e.g. 0.4.0: ``git worktree add ../sharnn-0.4.0 e547d1e``);
 - ``products``: the shipped model's matrix products alone, float32 through oneDNN, at the
@@ -79,6 +82,7 @@ MODES = {  # compress's arguments
     "sharnn --mixing 1": {"mixing": 1},
     "sharnn --no-adapt": {"adapt": False},
     "sharnn --streams 32": {"streams": 32},  # 0.4.0's streams on a long file: fewer positions, more cold starts
+    "sharnn --threads 2": {"threads": 2},  # two threads for the products and the kernels; the file records it
 }
 
 # What a fresh process runs for ``sharnn`` and its baseline: load, compile, then time.
@@ -264,7 +268,8 @@ def run(args) -> dict:
     return result
 
 
-REFERENCES = {"paq8px -8": "x_paq8px", "sharnn --mixing 2": "x_mixing_2"}  # rows each row's speed is divided by
+# rows each row's speed is divided by (for "sharnn", one thread: only the row of two threads)
+REFERENCES = {"paq8px -8": "x_paq8px", "sharnn --mixing 2": "x_mixing_2", "sharnn": "x_one_thread"}
 
 
 def is_baseline(compressor: str) -> bool:
@@ -295,6 +300,8 @@ def rows(result: dict) -> list[dict]:
         if "PPMd" in others:
             row["vs_ppmd"] = 100 * (row["bytes"] / others["PPMd"]["bytes"] - 1)
         for reference in (k for k in others if is_baseline(k) or k in REFERENCES):
+            if reference == "sharnn" and row["compressor"] != "sharnn --threads 2":
+                continue
             key = "x_baseline" if is_baseline(reference) else REFERENCES[reference]
             row[key] = min(row[f"{w}_kb_s"] / others[reference][f"{w}_kb_s"] for w in ("compress", "decompress"))
     return out
@@ -316,6 +323,7 @@ def report(result: dict) -> None:
         ("x_baseline", "x baseline (slower way)", ".2f"),
         ("x_paq8px", "x paq8px", ".2f"),
         ("x_mixing_2", "x --mixing 2", ".2f"),
+        ("x_one_thread", "x one thread", ".2f"),
     ]
     print_table(table, [c for c in columns if any(c[0] in row for row in table)])
     if "startup" in result:
