@@ -295,7 +295,7 @@ def _node(state, curves, b, c0, cums, work):
         st = stretch[((entry >> 10) + (1 << 21)) >> 10]
         x[2 + i], x[2 + CONTEXTS + i] = st, (st * _SURE[entry & 1023]) >> 12
     sums[8], sums[9] = c0, 256 + previous[b] * 256 + c0  # mixer A's weight set, mixer B's ...
-    sums[10] = _C + np.int64(contexts[b, 2] >> np.uint64(48))  # ... and C's: the last 3 bytes' hash
+    sums[10] = _set_c(contexts, b)  # ... and C's
     final, mixed = weights[_FINAL + c0], 0
     for m in range(3):
         w, total = weights[sums[8 + m]], mixing.WEIGHT_UNIT * x[0]  # version 2's weight starts at 1 (BitMixer)
@@ -363,6 +363,20 @@ def _fetch(state, b, c0, half, rows):
         row = _apm_row(contexts, previous, b, c0, j)
         prefetch(apm, row * apm.shape[1])
         prefetch(apm, row * apm.shape[1] + apm.shape[1] - 1)
+
+
+@inline
+def _set_c(contexts, b):
+    """Stream ``b``'s weight set of mixer C: 16 bits of the hash of its last 3 bytes."""
+    return _C + np.int64(contexts[b, 2] >> np.uint64(48))
+
+
+@inline
+def _fetch_set(weights, row):
+    """Ask the memory early for weight set ``row`` of ``weights`` (a hint, as :func:`_fetch`)."""
+    for line in range(0, INPUTS + 1, 8):
+        prefetch(weights, row * weights.shape[1] + line)
+    prefetch(weights, row * weights.shape[1] + INPUTS)  # its last line, where a set does not start on one
 
 
 @inline
@@ -442,15 +456,16 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
         previous[b] = np.int64(history[b, 0])
         _running_sums(byte_probs[b], cums[b, 0])
         _fetch(state, b, 1, 0, True)
+        for row in (1, 256 + previous[b] * 256 + 1, _set_c(contexts, b)):
+            _fetch_set(weights, row)  # the root's weight sets: mixer A's, B's, and C's for the whole byte
     for b in range(len(coded)):
         work[2][:] = False
         c0, under = 1, False
         for depth in range(8):
             if depth < 7:  # both children's weight sets and APM rows asked for
                 for child in range(2 * c0, 2 * c0 + 2):
-                    for row in (child, 256 + previous[b] * 256 + child):
-                        for line in range(0, INPUTS + 1, 8):
-                            prefetch(weights, row * weights.shape[1] + line)
+                    _fetch_set(weights, child)
+                    _fetch_set(weights, 256 + previous[b] * 256 + child)
                     _fetch(state, b, child, 0, False)
             _slots(tables, contexts, b, c0, depth, work)  # claimed where a context is new
             p, under = _coded_probability(cums[b, 0], c0, depth, _node(state, curves, b, c0, cums[b], work), under)
