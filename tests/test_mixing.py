@@ -127,6 +127,14 @@ def _model_log_weights(rows: int, streams: int) -> np.ndarray:
     return exact.log_weights(logits).numpy()
 
 
+def _assert_heads(tables: ContextTables, rows: np.ndarray) -> None:
+    """Each row's head holds the bitmap of the bytes its counts hold, and their total."""
+    counts, heads = tables.row_counts(rows).astype(np.int64), tables.heads[tables.slots[rows]]
+    bits = np.unpackbits(heads[:, :4].astype("<u8").view(np.uint8), axis=1, bitorder="little").astype(bool)
+    assert np.array_equal(bits, counts > 0)
+    assert np.array_equal(heads[:, 4].astype(np.int64), counts.sum(1))
+
+
 def _assert_same_state(kernels: AdaptiveMixer, spec: spec_mixing.AdaptiveMixer) -> None:
     """Weights, histories, words, tags, and the counts of every row the specification has
     tagged (a row whose tag is 0 was never claimed: zeros in both, the kernels' pool row 0)."""
@@ -135,6 +143,7 @@ def _assert_same_state(kernels: AdaptiveMixer, spec: spec_mixing.AdaptiveMixer) 
     assert np.array_equal(kernels.tables.tags, spec.tables.tags)
     tagged = np.flatnonzero(spec.tables.tags)
     assert np.array_equal(kernels.tables.row_counts(tagged), spec.tables.counts[tagged])
+    _assert_heads(kernels.tables, tagged)
     assert not kernels.tables.slots[spec.tables.tags == 0].any() and not kernels.tables.pool[0].any()
 
 
@@ -194,6 +203,7 @@ def test_table_updates_with_claims_collisions_and_halving_match_the_specificatio
         spec.add(places[0][:, :k], places[1][:, :k], symbols)
         assert np.array_equal(kernels.tags, spec.tags)
         assert np.array_equal(kernels.row_counts(watched), spec.counts[watched])
+        _assert_heads(kernels, watched)
         kept = spec.tags[watched] == tags
         halved |= bool((spec.counts[watched].sum(1) < before)[kept].any())
         claimed |= len(set(places[1][:, :k].ravel().tolist())) > 2 and not kept.all()

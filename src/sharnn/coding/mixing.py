@@ -40,6 +40,7 @@ import mmap
 from functools import cache
 
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from ..compiled import inline, kernel, prefetch
 from ..models import exact
@@ -117,7 +118,8 @@ def _total_logs() -> np.ndarray:
 # The kernels (sharnn.compiled's rules: integers, no libm, one thread). Shapes: M context
 # models, B streams, I = 1 + 2 M inputs, 256 bytes; a row index counts all models' rows.
 # Their arguments, in numba's notation (``::1``: a contiguous axis), grouped in tuples:
-_TABLES = "Tuple((uint64[::1], int32[::1], uint16[:, ::1], int64[::1]))"  # ContextTables.arrays
+_TOTAL = 4  # the place of a pool row's total in its head (ContextTables.heads), after its bitmap
+_TABLES = "Tuple((uint64[::1], int32[::1], uint16[:, ::1], int64[::1], uint64[:, ::1]))"  # ContextTables.arrays
 _PLACES = "Tuple((int64[:, ::1], uint64[:, ::1]))"  # a position's rows and tags [M, B]
 _STREAM = "Tuple((int64[::1], int64[:, ::1], int64[:, ::1], int64[::1]))"  # a stream's base, symbols, deltas, present
 _INPUTS = "Tuple((int64[:, ::1], int64[:, :, ::1], int64[:, :, ::1], int64[:, ::1]))"  # the same of every stream
@@ -156,13 +158,14 @@ def _fetch_rows(tables, places):
     once: each row's tag and place in the pool, then its counts in the pool (a row's place
     is read first: that waits for the first requests, all in flight together). A hint to
     the CPU (:func:`~sharnn.compiled.prefetch`): no number changes."""
-    (table_tags, slots, pool, _), rows = tables, places[0]
+    (table_tags, slots, pool, _, heads), rows = tables, places[0]
     for m in range(rows.shape[0]):
         for b in range(rows.shape[1]):
             prefetch(table_tags, rows[m, b])
             prefetch(slots, rows[m, b])
     for m in range(rows.shape[0]):
         for b in range(rows.shape[1]):
+            prefetch(heads, np.int64(slots[rows[m, b]]) * heads.shape[1])
             start = np.int64(slots[rows[m, b]]) * pool.shape[1]
             for line in range(0, pool.shape[1], 32):  # 32 counts of 2 bytes: a cache line
                 prefetch(pool, start + line)
@@ -176,20 +179,20 @@ def _count_inputs(tables, places, b, logs, inputs):
     ``base[2 + 2m]``; the ``present[m]`` bytes it has counted into ``symbols[m]``, their
     inputs minus the base into ``deltas[1 + 2m]`` and ``deltas[2 + 2m]``. A row another
     context holds reads as zeros. Returns how many byte contexts (not the word) have counts."""
-    (table_tags, slots, pool, _), (rows, tags), (count_logs, total_logs, _) = tables, places, logs
+    (table_tags, slots, pool, _, heads), (rows, tags), (count_logs, total_logs, _) = tables, places, logs
     base, symbols, deltas, present = inputs
     seen = 0
     for m in range(rows.shape[0]):
-        counts, total, found = pool[slots[rows[m, b]]], 0, 0  # slot 0, if never claimed: zeros
+        slot = slots[rows[m, b]]
+        counts, total, found = pool[slot], 0, 0  # slot 0, if never claimed: zeros
         if table_tags[rows[m, b]] == tags[m, b]:
-            total = np.int64(counts.sum())
-            quads = counts.view(np.uint64)  # four counts at once: most are 0
-            for quad in range(64):
-                if quads[quad] != 0:
-                    for s in range(4 * quad, 4 * quad + 4):
-                        if counts[s] > 0:
-                            symbols[m, found] = s
-                            found += 1
+            total = np.int64(heads[slot, _TOTAL])
+            for word in range(4):  # the bytes counted, in order, from the row's bitmap
+                bits = heads[slot, word]
+                while bits != 0:
+                    symbols[m, found] = 64 * word + np.int64(trailing_zeros(bits))
+                    found += 1
+                    bits &= bits - np.uint64(1)
         total_log, confidence = total_logs[total], min(total, CONFIDENT)
         unseen = count_logs[0] - total_log
         base[1 + 2 * m], base[2 + 2 * m] = unseen, unseen * confidence // CONFIDENT  # floors, as numpy's //
@@ -284,7 +287,7 @@ def _count(tables, places, symbols):
     and tags ``[M, >= k]``, the first ``k`` columns): per model, the claims (against the
     tags before this position; the last one of a row wins), then per row counted, halving
     when its total plus its adds passes :data:`COUNT_LIMIT`, then the adds."""
-    (table_tags, slots, pool, used), (rows, tags), k = tables, places, len(symbols)
+    (table_tags, slots, pool, used, heads), (rows, tags), k = tables, places, len(symbols)
     claims = np.zeros(k, np.bool_)
     for m in range(rows.shape[0]):
         for b in range(k):
@@ -296,20 +299,26 @@ def _count(tables, places, symbols):
                     used[0] += 1
                     slots[rows[m, b]] = used[0]
                 pool[slots[rows[m, b]]] = 0
+                heads[slots[rows[m, b]]] = 0
         for b in range(k):
             row = rows[m, b]
             if table_tags[row] != tags[m, b]:
                 continue
-            counts = pool[slots[row]]
+            counts, head = pool[slots[row]], heads[slots[row]]
             first, adds = True, 0
             for other in range(k):
                 if rows[m, other] == row and table_tags[row] == tags[m, other]:
                     first = first and other >= b
                     adds += 1
-            if first and np.int64(counts.sum()) + adds > COUNT_LIMIT:
-                for s in range(256):
+            if first and np.int64(head[_TOTAL]) + adds > COUNT_LIMIT:
+                total = 0
+                for s in range(256):  # a count never halves to 0: the bitmap stays
                     counts[s] = (counts[s] + 1) >> 1
+                    total += counts[s]
+                head[_TOTAL] = total
             counts[symbols[b]] += 1
+            head[_TOTAL] += np.uint64(1)
+            head[symbols[b] >> 6] |= np.uint64(1) << np.uint64(symbols[b] & 63)
 
 
 @inline
@@ -396,7 +405,10 @@ class ContextTables:
 
     The counts of the rows lie in a pool in the order the rows are first claimed (each
     row's place: :attr:`slots`), so that the memory a file touches grows with the rows
-    it claims, 8 to a page of 4 KiB, not with their spread over the tables.
+    it claims, 8 to a page of 4 KiB, not with their spread over the tables. Each row has a
+    head (:attr:`heads`, a cache line): the bitmap of the bytes it has counted and their
+    total, kept with the counts, so that reading a row's inputs does not sum and scan its
+    256 counts (docs/compression.md, "Measured: the rows' heads").
     """
 
     def __init__(self, models: int):
@@ -405,11 +417,14 @@ class ContextTables:
         self.slots = _small_page_zeros((rows,), np.int32)  # where its counts lie in the pool (0: never claimed)
         self.pool = _small_page_zeros((rows + 1, 256), np.uint16)  # a row of zeros, then the rows' counts
         self.used = np.zeros(1, dtype=np.int64)  # the pool's rows in use after the first
+        # each pool row's head, a cache line: the bitmap of the bytes it has counted (4
+        # words), then their total (_TOTAL); read instead of the 512 bytes of counts
+        self.heads = _small_page_zeros((rows + 1, 8), np.uint64)
 
     @property
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(tags, slots, pool, used)``, as the kernels take them."""
-        return self.tags, self.slots, self.pool, self.used
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(tags, slots, pool, used, heads)``, as the kernels take them."""
+        return self.tags, self.slots, self.pool, self.used, self.heads
 
     def row_counts(self, rows: np.ndarray) -> np.ndarray:
         """The counts ``[..., 256]`` (uint16) in ``rows [...]``, whatever context holds each."""
