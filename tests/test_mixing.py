@@ -145,6 +145,7 @@ def _assert_same_state(kernels: AdaptiveMixer, spec: spec_mixing.AdaptiveMixer) 
     assert np.array_equal(kernels.tables.row_counts(tagged), spec.tables.counts[tagged])
     _assert_heads(kernels.tables, tagged)
     assert not kernels.tables.slots[spec.tables.tags == 0].any() and not kernels.tables.pool[0].any()
+    assert not kernels.tables.heads[0].any()  # the never-claimed slot's head: no bytes, no total
 
 
 def _run_both(grid: np.ndarray, weights: np.ndarray, last: int) -> tuple[AdaptiveMixer, spec_mixing.AdaptiveMixer]:
