@@ -49,7 +49,7 @@ def test_every_inlined_helper_keeps_the_rules(helper):
 def test_the_helpers_of_the_coder_are_inlined():
     """Mixing 3's node and what it calls are compiled into their kernels, not called."""
     names = {helper.py_func.__qualname__ for helper in compiled.INLINED}
-    assert {"_node", "_slots", "_split", "_masses", "_squash", "_clip", "_fetch"} <= names
+    assert {"_node", "_slots", "_split", "_masses", "_squash", "_clip", "_fetch_slots", "_fetch_apms"} <= names
     assert not names & {kernel.py_func.__qualname__ for kernel in compiled.KERNELS}
 
 

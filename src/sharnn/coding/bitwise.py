@@ -348,17 +348,22 @@ def _running_sums(probs, cum):
 
 
 @inline
-def _fetch(state, b, c0, half, rows):
-    """Ask the memory early for what stream ``b``'s node ``c0`` will read at random: its
-    rows of the three APMs and, with ``rows``, its half byte's (``half``, :func:`_half`)
-    rows of the context models. A hint to the CPU (:func:`~sharnn.compiled.prefetch`): no
+def _fetch_slots(state, b, half):
+    """Ask the memory early for the slots stream ``b``'s context models may hold for half
+    byte ``half`` (:func:`_half`). A hint to the CPU (:func:`~sharnn.compiled.prefetch`): no
     number changes."""
-    tables, _, apm, contexts, previous = state
-    if rows:
-        for i in range(CONTEXTS):
-            first = _slot(contexts[b, i], i, half, len(tables) - 1)[0]
-            for k in range(WAYS):
-                prefetch(tables, (first + k) * tables.shape[1])
+    tables, _, _, contexts, _ = state
+    for i in range(CONTEXTS):
+        first = _slot(contexts[b, i], i, half, len(tables) - 1)[0]
+        for k in range(WAYS):
+            prefetch(tables, (first + k) * tables.shape[1])
+
+
+@inline
+def _fetch_apms(state, b, c0):
+    """Ask the memory early for stream ``b``'s rows of the three APMs at node ``c0`` (a
+    hint, as :func:`_fetch_slots`)."""
+    _, _, apm, contexts, previous = state
     for j in range(3):
         row = _apm_row(contexts, previous, b, c0, j)
         prefetch(apm, row * apm.shape[1])
@@ -373,7 +378,7 @@ def _set_c(contexts, b):
 
 @inline
 def _fetch_set(weights, row):
-    """Ask the memory early for weight set ``row`` of ``weights`` (a hint, as :func:`_fetch`)."""
+    """Ask the memory early for weight set ``row`` of ``weights`` (a hint, as :func:`_fetch_slots`)."""
     for line in range(0, INPUTS + 1, 8):
         prefetch(weights, row * weights.shape[1] + line)
     prefetch(weights, row * weights.shape[1] + INPUTS)  # its last line, where a set does not start on one
@@ -455,7 +460,8 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
         _hash_contexts(history, word, b, contexts, text)
         previous[b] = np.int64(history[b, 0])
         _running_sums(byte_probs[b], cums[b, 0])
-        _fetch(state, b, 1, 0, True)
+        _fetch_slots(state, b, 0)
+        _fetch_apms(state, b, 1)
         for row in (1, 256 + previous[b] * 256 + 1, _set_c(contexts, b)):
             _fetch_set(weights, row)  # the root's weight sets: mixer A's, B's, and C's for the whole byte
     for b in range(len(coded)):
@@ -466,7 +472,7 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
                 for child in range(2 * c0, 2 * c0 + 2):
                     _fetch_set(weights, child)
                     _fetch_set(weights, 256 + previous[b] * 256 + child)
-                    _fetch(state, b, child, 0, False)
+                    _fetch_apms(state, b, child)
             _slots(tables, contexts, b, c0, depth, work)  # claimed where a context is new
             p, under = _coded_probability(cums[b, 0], c0, depth, _node(state, curves, b, c0, cums[b], work), under)
             if decode:
@@ -478,7 +484,7 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
             _learn_node(state, curves, b, c0, depth, y, work)
             c0 = 2 * c0 + y
             if depth == 3:
-                _fetch(state, b, c0, _half(c0, 4)[0], True)
+                _fetch_slots(state, b, _half(c0, 4)[0])  # its APM rows were asked for as a child
         coded[b] = c0 - 256
         pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1]) & 0xFFFF
         indirect[pair] = ((indirect[pair] << 8) | coded[b]) & 0xFFFF
