@@ -268,8 +268,12 @@ def run(args) -> dict:
     return result
 
 
-# rows each row's speed is divided by (for "sharnn", one thread: only the row of two threads)
-REFERENCES = {"paq8px -8": "x_paq8px", "sharnn --mixing 2": "x_mixing_2", "sharnn": "x_one_thread"}
+# the rows each row's speed is divided by: reference -> (column, the one row it serves, or None: all)
+REFERENCES = {
+    "paq8px -8": ("x_paq8px", None),
+    "sharnn --mixing 2": ("x_mixing_2", None),
+    "sharnn": ("x_one_thread", "sharnn --threads 2"),
+}
 
 
 def is_baseline(compressor: str) -> bool:
@@ -300,9 +304,9 @@ def rows(result: dict) -> list[dict]:
         if "PPMd" in others:
             row["vs_ppmd"] = 100 * (row["bytes"] / others["PPMd"]["bytes"] - 1)
         for reference in (k for k in others if is_baseline(k) or k in REFERENCES):
-            if reference == "sharnn" and row["compressor"] != "sharnn --threads 2":
+            key, only = ("x_baseline", None) if is_baseline(reference) else REFERENCES[reference]
+            if only not in (None, row["compressor"]):
                 continue
-            key = "x_baseline" if is_baseline(reference) else REFERENCES[reference]
             row[key] = min(row[f"{w}_kb_s"] / others[reference][f"{w}_kb_s"] for w in ("compress", "decompress"))
     return out
 
