@@ -117,7 +117,10 @@ def test_bad_bytes_are_refused_and_nothing_is_learnt():
     for coded in (np.array([1, 256]), np.array([1, 2, 3]), np.array([[1, 2]])):
         with pytest.raises(ValueError, match="coded must be"):
             mixer.code(weights[0], encoder, coded)
+    with pytest.raises(ValueError, match="model log-weights of shape"):
+        mixer.code(weights[0][:1], encoder, np.array([1]))
     assert all(np.array_equal(a, b) for a, b in zip(state, mixer.bits)) and encoder.bits == 0
+    assert mixer.position == 0 and not mixer.history.any()
     with pytest.raises(TypeError, match="bit by bit"):
         mixer.mix(weights[0])
     with pytest.raises(TypeError, match="learns as it codes"):

@@ -70,7 +70,7 @@ import numpy as np
 
 from ..compiled import inline, kernel, prefetch
 from ..tables import decimal_table
-from . import binary, mixing
+from . import binary, matching, mixing
 from .binary import BinaryDecoder, BinaryEncoder
 from .matching import MatchMixer, _squash_points, _stretch
 
@@ -324,9 +324,10 @@ def _work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-@kernel("void(int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
-def _model_sums(model, exp, cums):
-    """``cums [B, 1]``: the running sums of the model's own integer weights, those of
+@kernel("void(float64[:, ::1], int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
+def _running_sums(byte_probs, model, exp, cums):
+    """``cums [B, 2, 257]``: the sums before each byte, in order, of version 2's
+    ``byte_probs [B, 256]`` and of the model's own integer weights, those of
     :func:`sharnn.coding.mixing._exp_weights` for ``model [B, 256]`` (version 2's
     log-weights, 2**-10 nat) as a mixer's logits at weight 1."""
     weights = np.empty(256, np.int64)
@@ -334,17 +335,10 @@ def _model_sums(model, exp, cums):
         for s in range(256):
             weights[s] = model[b, s] * mixing.WEIGHT_UNIT
         mixing._exp_weights(weights, exp, weights)
-        cums[b, 1, 0] = 0.0
+        cums[b, 0, 0], cums[b, 1, 0] = 0.0, 0.0
         for s in range(256):
+            cums[b, 0, s + 1] = cums[b, 0, s] + byte_probs[b, s]
             cums[b, 1, s + 1] = cums[b, 1, s] + weights[s]  # exact: integers below 2**33
-
-
-@kernel("void(float64[::1], float64[::1])")
-def _running_sums(probs, cum):
-    """``cum [257]``: the sums of ``probs [256]`` before each byte, in order."""
-    cum[0] = 0.0
-    for s in range(256):
-        cum[s + 1] = cum[s] + probs[s]
 
 
 @inline
@@ -449,17 +443,16 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
     """Code the bytes ``coded [k]`` of the first ``k`` streams (or, with ``decode``, decode
     them into it) bit by bit, stream after stream, through the binary coder ``coder
     [4]``, ``buffer`` (:mod:`sharnn.coding.binary`): each bit's node refines version 2's
-    ``byte_probs [B, 256]`` (:func:`_node`, ``cums [B, 1]`` the model's running sums; their
-    ``[B, 0]`` are version 2's, written here), is coded with :func:`_coded_probability`,
-    recorded in ``probabilities [B, 8]`` (2**-16, of the bit coded), and learns it
-    (:func:`_learn_node`); then the indirect table (the word ``word [B]`` that a byte ends
-    follows the previous one) and the lines' starts (``text``) learn the byte."""
+    ``byte_probs [B, 256]`` (:func:`_node`, ``cums [B, 2, 257]``: :func:`_running_sums`),
+    is coded with :func:`_coded_probability`, recorded in ``probabilities [B, 8]`` (2**-16,
+    of the bit coded), and learns it (:func:`_learn_node`); then the indirect table (the
+    word ``word [B]`` that a byte ends follows the previous one) and the lines' starts
+    (``text``) learn the byte."""
     tables, weights, _, contexts, previous = state
     words, _, t, indirect, lines = text
     for b in range(len(coded)):  # every stream's first rows asked for before any is read
         _hash_contexts(history, word, b, contexts, text)
         previous[b] = np.int64(history[b, 0])
-        _running_sums(byte_probs[b], cums[b, 0])
         _fetch_slots(state, b, 0)
         _fetch_apms(state, b, 1)
         for row in (1, 256 + previous[b] * 256 + 1, _set_c(contexts, b)):
@@ -494,6 +487,21 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
             lines[b, 0], lines[b, 1] = t + 1, lines[b, 0]
 
 
+@kernel(f"void({matching._MIXER}, {_STATE}, {_CURVES}, {_TEXT}, int64[:, ::1], {_ARRAYS}, {_WORK}, {_CODER})")
+def _position(
+    mixer, state, curves, text, log_weights, byte_probs, cums, work, coder, buffer, coded, probabilities, decode
+):
+    """A position of mixing 3 in one call (:meth:`BitMixer.code`): version 2's prediction
+    (:func:`sharnn.coding.matching._predict`) from the model's ``log_weights [B, 256]`` into
+    ``byte_probs [B, 256]``, the model's running sums, the bits coded (:func:`_code`), then
+    version 2's update (``coded``: bytes of at most ``B`` streams, as the caller checks)."""
+    history, word, model, exp = mixer[2], mixer[3], mixer[6], mixer[9][2]
+    matching._predict(mixer, log_weights, byte_probs)
+    _running_sums(byte_probs, model, exp, cums)
+    _code(state, curves, history, word, text, byte_probs, cums, work, coder, buffer, coded, probabilities, decode)
+    matching._update(mixer, text[2], coded)
+
+
 def slots_for(size: int) -> int:
     """The context models' slots for ``size`` bytes to code: :data:`SLOTS_PER_BYTE` a byte
     (a byte claims 10 to 13, measured; at 16 a byte files came out up to 0.02% larger),
@@ -504,14 +512,15 @@ def slots_for(size: int) -> int:
 
 class BitMixer(MatchMixer):
     """Mixing version 3 for ``streams`` streams: :meth:`code` codes a position's bytes bit
-    by bit through a binary coder (:mod:`sharnn.coding.binary`). Besides version 2's state
-    (whose :meth:`mix` and :meth:`update` it runs inside :meth:`code`): :attr:`bits`, the
-    context models of bits (``[slots_for(streams * positions) + 1, 16]`` int32, one table
-    for all, sized to the bytes to code, ``positions`` per stream at most: each slot a
-    check, then each node's probability and count; the last slot stays empty), the mixers'
-    weights, the APMs, each stream's contexts and previous byte; :attr:`text`'s indirect
-    table and lines' starts; :attr:`coded_probabilities` ``[B, 8]``, the probability
-    (2**-16) each bit of the last position's bytes was coded with."""
+    by bit through a binary coder (:mod:`sharnn.coding.binary`), one kernel call a
+    position (:func:`_position`). Besides version 2's state (whose prediction and update it
+    runs inside :meth:`code`): :attr:`bits`, the context models of bits (``[slots_for(streams
+    * positions) + 1, 16]`` int32, one table for all, sized to the bytes to code,
+    ``positions`` per stream at most: each slot a check, then each node's probability and
+    count; the last slot stays empty), the mixers' weights, the APMs, each stream's contexts
+    and previous byte; :attr:`text`'s indirect table and lines' starts;
+    :attr:`coded_probabilities` ``[B, 8]``, the probability (2**-16) each bit of the last
+    position's bytes was coded with."""
 
     def __init__(self, streams: int, positions: int = 4096):
         super().__init__(streams, positions)
@@ -529,7 +538,8 @@ class BitMixer(MatchMixer):
         self.lines[:, 1] = -1  # no line before the first
         self.coded_probabilities = np.zeros((streams, 8), np.int64)
         self._curves = (_stretch().astype(np.int16), _squash_table().astype(np.int16))
-        self._cums = np.zeros((streams, 2, 257), np.float64)  # the position's running sums: version 2's, the model's
+        self._byte_probs = np.zeros((streams, 256), np.float64)  # the position's distribution from version 2 ...
+        self._cums = np.zeros((streams, 2, 257), np.float64)  # ... its running sums, and the model's
         self._work = _work()
 
     @property
@@ -554,7 +564,8 @@ class BitMixer(MatchMixer):
                 bytes (nothing is coded or learned); from a decoder, bits that run past
                 its end.
         """
-        byte_probs = super().mix(model_log_weights)
+        if np.shape(model_log_weights) != self._model.shape:
+            raise ValueError(f"model log-weights of shape {np.shape(model_log_weights)}, not {self._model.shape}")
         decode = isinstance(coder, BinaryDecoder)
         if decode:
             coded = np.zeros(min(int(coded), self.streams), np.int64)
@@ -563,10 +574,10 @@ class BitMixer(MatchMixer):
             if coded.ndim != 1 or not mixing._codable(coded, self.streams):
                 raise ValueError(f"coded must be [k <= {self.streams}] bytes, not {coded!r}")
             coder.reserve(8 * len(coded))
-        _model_sums(self._model, self._logs[2], self._cums)
-        arrays = (self.history, self.word, self.text, byte_probs, self._cums, self._work)
-        _code(self.bits, self._curves, *arrays, coder.state, coder.buffer, coded, self.coded_probabilities, decode)
-        super().update(coded)
+        mixer, weights = self.arrays, np.ascontiguousarray(model_log_weights, dtype=np.int64)
+        arrays = (self.bits, self._curves, self.text, weights, self._byte_probs, self._cums, self._work)
+        _position(mixer, *arrays, coder.state, coder.buffer, coded, self.coded_probabilities, decode)
+        self.position += 1
         return coded
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:

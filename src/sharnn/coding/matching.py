@@ -81,6 +81,12 @@ _SALT = np.uint64(0x51ED2701)
 _MATCH = "Tuple((uint8[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1]))"  # buffer, candidates, state, hits
 # the APMs' tables and state, the stretch table, the hit logs, the PARTS
 _APM = "Tuple((int64[:, ::1], int64[:, ::1], int64[::1], int64[::1], int64[::1]))"
+# a position's arrays (MatchMixer.arrays): the tables, the places, the histories, the words, the last two words, the
+# hashes, the model's inputs, the inputs, the mixers, the logarithms, the match model, the APMs
+_MIXER = (
+    f"Tuple(({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], uint64[::1], uint64[:, ::1], int64[:, ::1],"
+    f" {_INPUTS}, {_MIXERS}, {_LOGS}, {_MATCH}, {_APM}))"
+)
 
 
 @decimal_table
@@ -249,6 +255,21 @@ def _mix(tables, places, history, model, inputs, mixers, logs, match, apm, probs
         _refine(mean, b, history, match, apm, probs[b])
 
 
+@kernel(f"void({_MIXER}, int64[:, ::1], float64[:, ::1])", allocates=True)
+def _predict(mixer, model_log_weights, probs):
+    """A position's prediction (:meth:`MatchMixer.mix`) in one call: ``model_log_weights
+    [B, 256]`` (2**-EXP_RESOLUTION nat) into the model's inputs, the contexts hashed and
+    placed, then :func:`_mix` into ``probs [B, 256]``."""
+    tables, places, history, word, previous, hashes, model, inputs, mixers, logs, match, apm = mixer
+    for b in range(model.shape[0]):
+        for s in range(256):
+            model[b, s] = model_log_weights[b, s] * (mixing.LOG_UNIT // exact.EXP_RESOLUTION)
+    _hash_contexts(history, word, hashes)
+    _hash_more(history, word, previous, hashes)
+    _place(hashes, places)
+    _mix(tables, places, history, model, inputs, mixers, logs, match, apm, probs)
+
+
 @kernel(f"void({_MATCH}, uint64[:, ::1], int64, int64[::1])", allocates=True)
 def _follow(match, history, t, coded):
     """The match model's step after position ``t`` coded ``coded [k]`` (its bytes already in
@@ -284,14 +305,11 @@ def _follow(match, history, t, coded):
         candidates[keys[b]] = (b << 32) + t + 2  # stream b's position t + 1, plus one
 
 
-@kernel(
-    f"boolean({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], uint64[::1], int64[:, ::1], {_INPUTS}, {_MIXERS},"
-    f" {_MATCH}, {_APM}, int64, int64[::1])",
-    allocates=True,
-)
-def _update(tables, places, history, word, previous, model, inputs, mixers, match, apm, t, coded):
+@kernel(f"boolean({_MIXER}, int64, int64[::1])", allocates=True)
+def _update(mixer, t, coded):
     """Version 1's update (:func:`sharnn.coding.mixing._update`), the APMs' and the match
     model's, after position ``t``."""
+    tables, places, history, word, previous, _, model, inputs, mixers, _, match, apm = mixer
     if t >= match[0].shape[1] or not _codable(coded, len(word)):
         return False
     _learn_all(model, inputs, mixers, coded)
@@ -329,17 +347,21 @@ class MatchMixer(AdaptiveMixer):
     def _layout(self) -> tuple[int, tuple[int, ...]]:
         return len(ORDERS) + 1 + EXTRA * PARTS[2] + 1, SELECTORS
 
+    @property
+    def arrays(self) -> tuple:
+        """What a position's kernels take (:data:`_MIXER`), with room in the match model's
+        buffer for this position's bytes (it grows to twice as long when they outgrow it)."""
+        buffer = self.match[0]
+        if self.position >= buffer.shape[1]:
+            self.match = (np.concatenate([buffer, np.zeros_like(buffer)], axis=1), *self.match[1:])
+        state = (self.history, self.word, self.previous, self._hashes, self._model, self._inputs, self._mixers)
+        return (self.tables.arrays, self._places, *state, self._logs, self.match, self.apm)
+
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         if np.shape(model_log_weights) != self._model.shape:
             raise ValueError(f"model log-weights of shape {np.shape(model_log_weights)}, not {self._model.shape}")
-        self._model[...] = model_log_weights
-        self._model *= mixing.LOG_UNIT // exact.EXP_RESOLUTION
-        _hash_contexts(self.history, self.word, self._hashes)
-        _hash_more(self.history, self.word, self.previous, self._hashes)
-        _place(self._hashes, self._places)
         probs = np.empty((self.streams, 256), dtype=np.float64)
-        arrays = (self.tables.arrays, self._places, self.history, self._model, self._inputs, self._mixers)
-        _mix(*arrays, self._logs, self.match, self.apm, probs)
+        _predict(self.arrays, np.ascontiguousarray(model_log_weights, dtype=np.int64), probs)
         self._mixed = True
         return probs
 
@@ -347,13 +369,7 @@ class MatchMixer(AdaptiveMixer):
         coded = np.ascontiguousarray(coded, dtype=np.int64)
         if not self._mixed:
             raise RuntimeError("update() needs a mix() of the position first")
-        buffer = self.match[0]
-        if self.position >= buffer.shape[1]:  # the streams' bytes outgrow the buffer: twice as long
-            self.match = (np.concatenate([buffer, np.zeros_like(buffer)], axis=1), *self.match[1:])
-        tables, places, state = self.tables.arrays, self._places, (self.history, self.word, self.previous)
-        arrays = (self._model, self._inputs, self._mixers, self.match, self.apm)
-        learnt = coded.ndim == 1 and _update(tables, places, *state, *arrays, self.position, coded)
-        if not learnt:
+        if not (coded.ndim == 1 and _update(self.arrays, self.position, coded)):
             raise ValueError(f"coded must be [k <= {self.streams}] bytes, not {coded!r}")
         self.position += 1
         self._mixed = False
