@@ -63,6 +63,16 @@ def test_a_decoder_repeats_the_encoder_bit_for_bit_and_spends_what_the_bits_say(
     assert ideal <= 8 * len(payload) <= 1.001 * ideal + 8, (8 * len(payload), ideal)
 
 
+def test_the_bytes_buffer_grows_without_changing_a_bit():
+    """Sized for 16 positions, the match model's buffer grows twice over 60 (the contexts
+    of bits read the older bytes from it): the same bits as a mixer sized for all 60 (both
+    tables the smallest, :data:`~sharnn.coding.bitwise.MIN_SLOTS`)."""
+    rows, weights = 60, random_log_weights(60, 2)
+    short, long = BitMixer(2, positions=16), BitMixer(2, positions=rows)
+    np.testing.assert_array_equal(_bits(short, rows, 2, weights), _bits(long, rows, 2, weights))
+    assert short.match[0].shape[1] == 64 and long.match[0].shape[1] == rows
+
+
 def test_a_decoder_that_reads_past_the_end_refuses():
     encoder, mixer = BinaryEncoder(), BitMixer(1)
     for byte in b"abc":

@@ -574,7 +574,7 @@ class BitMixer(MatchMixer):
             if coded.ndim != 1 or not mixing._codable(coded, self.streams):
                 raise ValueError(f"coded must be [k <= {self.streams}] bytes, not {coded!r}")
             coder.reserve(8 * len(coded))
-        mixer, weights = self.arrays, np.ascontiguousarray(model_log_weights, dtype=np.int64)
+        mixer, weights = self.position_arrays(), np.ascontiguousarray(model_log_weights, dtype=np.int64)
         arrays = (self.bits, self._curves, self.text, weights, self._byte_probs, self._cums, self._work)
         _position(mixer, *arrays, coder.state, coder.buffer, coded, self.coded_probabilities, decode)
         self.position += 1

@@ -81,8 +81,8 @@ _SALT = np.uint64(0x51ED2701)
 _MATCH = "Tuple((uint8[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1]))"  # buffer, candidates, state, hits
 # the APMs' tables and state, the stretch table, the hit logs, the PARTS
 _APM = "Tuple((int64[:, ::1], int64[:, ::1], int64[::1], int64[::1], int64[::1]))"
-# a position's arrays (MatchMixer.arrays): the tables, the places, the histories, the words, the last two words, the
-# hashes, the model's inputs, the inputs, the mixers, the logarithms, the match model, the APMs
+# a position's arrays (MatchMixer.position_arrays): the tables, the places, the histories, the words, the last two
+# words, the hashes, the model's inputs, the inputs, the mixers, the logarithms, the match model, the APMs
 _MIXER = (
     f"Tuple(({_TABLES}, {_PLACES}, uint64[:, ::1], uint64[::1], uint64[::1], uint64[:, ::1], int64[:, ::1],"
     f" {_INPUTS}, {_MIXERS}, {_LOGS}, {_MATCH}, {_APM}))"
@@ -347,8 +347,7 @@ class MatchMixer(AdaptiveMixer):
     def _layout(self) -> tuple[int, tuple[int, ...]]:
         return len(ORDERS) + 1 + EXTRA * PARTS[2] + 1, SELECTORS
 
-    @property
-    def arrays(self) -> tuple:
+    def position_arrays(self) -> tuple:
         """What a position's kernels take (:data:`_MIXER`), with room in the match model's
         buffer for this position's bytes (it grows to twice as long when they outgrow it)."""
         buffer = self.match[0]
@@ -361,7 +360,7 @@ class MatchMixer(AdaptiveMixer):
         if np.shape(model_log_weights) != self._model.shape:
             raise ValueError(f"model log-weights of shape {np.shape(model_log_weights)}, not {self._model.shape}")
         probs = np.empty((self.streams, 256), dtype=np.float64)
-        _predict(self.arrays, np.ascontiguousarray(model_log_weights, dtype=np.int64), probs)
+        _predict(self.position_arrays(), np.ascontiguousarray(model_log_weights, dtype=np.int64), probs)
         self._mixed = True
         return probs
 
@@ -369,7 +368,7 @@ class MatchMixer(AdaptiveMixer):
         coded = np.ascontiguousarray(coded, dtype=np.int64)
         if not self._mixed:
             raise RuntimeError("update() needs a mix() of the position first")
-        if not (coded.ndim == 1 and _update(self.arrays, self.position, coded)):
+        if not (coded.ndim == 1 and _update(self.position_arrays(), self.position, coded)):
             raise ValueError(f"coded must be [k <= {self.streams}] bytes, not {coded!r}")
         self.position += 1
         self._mixed = False
