@@ -495,9 +495,9 @@ def _position(
     (:func:`sharnn.coding.matching._predict`) from the model's ``log_weights [B, 256]`` into
     ``byte_probs [B, 256]``, the model's running sums, the bits coded (:func:`_code`), then
     version 2's update (``coded``: bytes of at most ``B`` streams, as the caller checks)."""
-    history, word, model, exp = mixer[2], mixer[3], mixer[6], mixer[9][2]
+    _, _, history, word, _, _, model, _, _, logs, _, _ = mixer
     matching._predict(mixer, log_weights, byte_probs)
-    _running_sums(byte_probs, model, exp, cums)
+    _running_sums(byte_probs, model, logs[2], cums)
     _code(state, curves, history, word, text, byte_probs, cums, work, coder, buffer, coded, probabilities, decode)
     matching._update(mixer, text[2], coded)
 

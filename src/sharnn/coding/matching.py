@@ -258,8 +258,8 @@ def _mix(tables, places, history, model, inputs, mixers, logs, match, apm, probs
 @kernel(f"void({_MIXER}, int64[:, ::1], float64[:, ::1])", allocates=True)
 def _predict(mixer, model_log_weights, probs):
     """A position's prediction (:meth:`MatchMixer.mix`) in one call: ``model_log_weights
-    [B, 256]`` (2**-EXP_RESOLUTION nat) into the model's inputs, the contexts hashed and
-    placed, then :func:`_mix` into ``probs [B, 256]``."""
+    [B, 256]`` (1/256 nat: :func:`sharnn.models.exact.log_weights`) into the model's inputs
+    (2**-10 nat), the contexts hashed and placed, then :func:`_mix` into ``probs [B, 256]``."""
     tables, places, history, word, previous, hashes, model, inputs, mixers, logs, match, apm = mixer
     for b in range(model.shape[0]):
         for s in range(256):
