@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import random_log_weights, text_grid
-from sharnn.coding import bitwise
+from sharnn.coding import bitwise, mixing
 from sharnn.coding.binary import BinaryDecoder, BinaryEncoder
 from sharnn.coding.bitwise import BitMixer
 from sharnn.coding.matching import MatchMixer
@@ -275,6 +275,23 @@ def test_a_contexts_probability_moves_one_over_its_count_and_a_half_towards_each
         for within, expected in ((1, 1 / 6), (2, 5 / 6)):  # the root (c0 = 1), then c0 = 2 (after the 0)
             entry = int(tables[slot, within])
             assert entry & 1023 == 1 and abs(((entry >> 10) + (1 << 21)) / 2**22 - expected) < 2**-16, (i, within)
+
+
+@pytest.mark.parametrize("model", ["random", "zeros", "constant"])
+def test_the_running_sums_are_those_of_the_two_distributions_in_order(model):
+    """``cums [B, 2, 257]``: version 2's distribution and the model's own weights (a mixer's
+    at weight 1, :func:`sharnn.coding.mixing._exp_weights`) summed in order; a flat row (a
+    model not consulted, as for a binary) takes a shortcut to the same numbers."""
+    rng, exp = np.random.default_rng(7), mixing._exp_table()
+    rows = {"random": random_log_weights(1, 3)[0], "zeros": np.zeros((3, 256)), "constant": np.full((3, 256), -9)}
+    logs = np.ascontiguousarray(rows[model] * 4, dtype=np.int64)  # the model's inputs, 2**-10 nat
+    byte_probs, cums = rng.dirichlet(np.ones(256), 3), np.full((3, 2, 257), np.nan)
+    bitwise._running_sums(byte_probs, logs, exp, cums)
+    for b in range(3):
+        weights = np.empty(256, np.int64)
+        mixing._exp_weights(logs[b] * mixing.WEIGHT_UNIT, exp, weights)
+        np.testing.assert_array_equal(cums[b, 0], np.concatenate([[0.0], np.cumsum(byte_probs[b])]))
+        np.testing.assert_array_equal(cums[b, 1], np.concatenate([[0.0], np.cumsum(weights.astype(np.float64))]))
 
 
 def test_version_3_is_pinned_by_a_digest_of_its_probabilities_and_its_bytes():

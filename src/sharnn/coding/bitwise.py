@@ -332,9 +332,12 @@ def _running_sums(byte_probs, model, exp, cums):
     log-weights, 2**-10 nat) as a mixer's logits at weight 1."""
     weights = np.empty(256, np.int64)
     for b in range(model.shape[0]):
-        for s in range(256):
-            weights[s] = model[b, s] * mixing.WEIGHT_UNIT
-        mixing._exp_weights(weights, exp, weights)
+        if model[b].min() == model[b].max():  # a model not consulted (a binary): each weight exp[0]
+            weights[:] = exp[0]
+        else:
+            for s in range(256):
+                weights[s] = model[b, s] * mixing.WEIGHT_UNIT
+            mixing._exp_weights(weights, exp, weights)
         cums[b, 0, 0], cums[b, 1, 0] = 0.0, 0.0
         for s in range(256):
             cums[b, 0, s + 1] = cums[b, 0, s] + byte_probs[b, s]
