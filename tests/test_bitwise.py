@@ -280,8 +280,8 @@ def test_a_contexts_probability_moves_one_over_its_count_and_a_half_towards_each
 @pytest.mark.parametrize("model", ["random", "zeros", "constant"])
 def test_the_running_sums_are_those_of_the_two_distributions_in_order(model):
     """``cums [B, 2, 257]``: version 2's distribution and the model's own weights (a mixer's
-    at weight 1, :func:`sharnn.coding.mixing._exp_weights`) summed in order; a flat row (a
-    model not consulted, as for a binary) takes a shortcut to the same numbers."""
+    at weight 1, :func:`sharnn.coding.mixing._exp_weights`) summed in order, flat rows (a
+    model not consulted, as for a binary) included."""
     rng, exp = np.random.default_rng(7), mixing._exp_table()
     rows = {"random": random_log_weights(1, 3)[0], "zeros": np.zeros((3, 256)), "constant": np.full((3, 256), -9)}
     logs = np.ascontiguousarray(rows[model] * 4, dtype=np.int64)  # the model's inputs, 2**-10 nat

@@ -49,17 +49,17 @@ A node to which ``P`` gives less than ``2**-THRESHOLD_BITS`` of its mass, and ev
 under it, or one that ``P`` splits beyond 1/4096 of 0 or 1, is coded with ``P``'s own
 split instead of ``p'`` (in 2**-16); every node on the path learns.
 
-Every number of the models, mixers and APMs is an integer (probabilities in units of
-2**-12, the context models' in 2**-22, weights in 2**-16, stretched values in 1/256); ``P``'s
-running sums and splits are float64 in a fixed order, exactly rounded on every machine
-(no fused operations): the compiled core's rules. The APMs' points (0 ..
-65535, and an update only moves a point towards 0 or 65535) are kept as uint16 and the
-stretch and squash tables (within ±2047 and 1 .. 4095) as int16, all read into int64: a
-quarter of the memory, the same numbers (measured: the mix 12% faster). A stream's first half
-byte's rows are asked from the memory before any stream is coded, the second's once its
-first 4 bits are known, and each node's two children's weight sets and APM rows before the
-node is computed (:func:`~sharnn.compiled.prefetch`, a hint: no number changes); the node and its
-helpers are compiled into the kernel that calls them (:func:`sharnn.compiled.inline`).
+Every number of the models, mixers and APMs is an integer (probabilities in units of 2**-12,
+the context models' in 2**-22, weights in 2**-16, stretched values in 1/256); ``P``'s
+running sums and splits are float64 in a fixed order, exactly rounded on every machine (no
+fused operations): the compiled core's rules. The APMs' points (0 .. 65535, and an update
+only moves a point towards 0 or 65535) are kept as uint16 and the stretch and squash tables
+(within ±2047 and 1 .. 4095) as int16, all read into int64: a quarter of the memory, the
+same numbers (measured: the mix 12% faster). A stream's first half byte's rows are asked
+from the memory before any stream is coded, the second's once its first 4 bits are known,
+and each node's two children's weight sets and APM rows before the node is computed
+(:func:`~sharnn.compiled.prefetch`, a hint: no number changes); the node and its helpers are
+compiled into the kernel that calls them (:func:`sharnn.compiled.inline`).
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ def _node(state, curves, b, c0, cums, work):
         entry = np.int64(tables[slots[i, half], within])
         st = stretch[((entry >> 10) + (1 << 21)) >> 10]
         x[2 + i], x[2 + CONTEXTS + i] = st, (st * _SURE[entry & 1023]) >> 12
-    sums[8], sums[9] = c0, 256 + previous[b] * 256 + c0  # mixer A's weight set, mixer B's ...
+    sums[8], sums[9] = c0, _set_b(previous, b, c0)  # mixer A's weight set, mixer B's ...
     sums[10] = _set_c(contexts, b)  # ... and C's
     final, mixed = weights[_FINAL + c0], 0
     for m in range(3):
@@ -314,16 +314,6 @@ def _node(state, curves, b, c0, cums, work):
     return min(max(p >> 2, 1), 4095)
 
 
-def _work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A node's scratch (:data:`_WORK`)."""
-    return (
-        np.zeros(INPUTS, np.int64),
-        np.zeros((CONTEXTS, 17), np.int64),
-        np.zeros(17, np.bool_),
-        np.zeros(11, np.int64),
-    )
-
-
 @kernel("void(float64[:, ::1], int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
 def _running_sums(byte_probs, model, exp, cums):
     """``cums [B, 2, 257]``: the sums before each byte, in order, of version 2's
@@ -332,12 +322,9 @@ def _running_sums(byte_probs, model, exp, cums):
     log-weights, 2**-10 nat) as a mixer's logits at weight 1."""
     weights = np.empty(256, np.int64)
     for b in range(model.shape[0]):
-        if model[b].min() == model[b].max():  # a model not consulted (a binary): each weight exp[0]
-            weights[:] = exp[0]
-        else:
-            for s in range(256):
-                weights[s] = model[b, s] * mixing.WEIGHT_UNIT
-            mixing._exp_weights(weights, exp, weights)
+        for s in range(256):
+            weights[s] = model[b, s] * mixing.WEIGHT_UNIT
+        mixing._exp_weights(weights, exp, weights)
         cums[b, 0, 0], cums[b, 1, 0] = 0.0, 0.0
         for s in range(256):
             cums[b, 0, s + 1] = cums[b, 0, s] + byte_probs[b, s]
@@ -365,6 +352,12 @@ def _fetch_apms(state, b, c0):
         row = _apm_row(contexts, previous, b, c0, j)
         prefetch(apm, row * apm.shape[1])
         prefetch(apm, row * apm.shape[1] + apm.shape[1] - 1)
+
+
+@inline
+def _set_b(previous, b, c0):
+    """Stream ``b``'s weight set of mixer B at node ``c0``: its previous byte and the node."""
+    return 256 + previous[b] * 256 + c0
 
 
 @inline
@@ -458,7 +451,7 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
         previous[b] = np.int64(history[b, 0])
         _fetch_slots(state, b, 0)
         _fetch_apms(state, b, 1)
-        for row in (1, 256 + previous[b] * 256 + 1, _set_c(contexts, b)):
+        for row in (1, _set_b(previous, b, 1), _set_c(contexts, b)):
             _fetch_set(weights, row)  # the root's weight sets: mixer A's, B's, and C's for the whole byte
     for b in range(len(coded)):
         work[2][:] = False
@@ -467,7 +460,7 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
             if depth < 7:  # both children's weight sets and APM rows asked for
                 for child in range(2 * c0, 2 * c0 + 2):
                     _fetch_set(weights, child)
-                    _fetch_set(weights, 256 + previous[b] * 256 + child)
+                    _fetch_set(weights, _set_b(previous, b, child))
                     _fetch_apms(state, b, child)
             _slots(tables, contexts, b, c0, depth, work)  # claimed where a context is new
             p, under = _coded_probability(cums[b, 0], c0, depth, _node(state, curves, b, c0, cums[b], work), under)
@@ -543,7 +536,8 @@ class BitMixer(MatchMixer):
         self._curves = (_stretch().astype(np.int16), _squash_table().astype(np.int16))
         self._byte_probs = np.zeros((streams, 256), np.float64)  # the position's distribution from version 2 ...
         self._cums = np.zeros((streams, 2, 257), np.float64)  # ... its running sums, and the model's
-        self._work = _work()
+        inputs, slots = np.zeros(INPUTS, np.int64), np.zeros((CONTEXTS, 17), np.int64)
+        self._work = (inputs, slots, np.zeros(17, np.bool_), np.zeros(11, np.int64))  # a node's scratch: _WORK
 
     @property
     def text(self) -> tuple:
