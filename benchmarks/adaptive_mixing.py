@@ -118,7 +118,10 @@ class IdealCoder:
 
 
 class Costed:
-    """``predictor``, with the probabilities of mixing 3's coded bits added to the coder's cost."""
+    """``predictor``, with the probabilities of mixing 3's coded bits added to the coder's
+    cost, a position at a time (a predictor's own loop, never a run of positions in one call)."""
+
+    code_rows = Predictor.code_rows
 
     def __init__(self, predictor: Predictor):
         self.predictor = predictor

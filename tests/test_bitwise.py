@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import random_log_weights, text_grid
-from sharnn.coding import bitwise, mixing
+from sharnn.coding import bitcontexts, bitwise, mixing
 from sharnn.coding.binary import BinaryDecoder, BinaryEncoder
 from sharnn.coding.bitwise import BitMixer
 from sharnn.coding.matching import MatchMixer
@@ -71,6 +71,33 @@ def test_the_bytes_buffer_grows_without_changing_a_bit():
     short, long = BitMixer(2, positions=16), BitMixer(2, positions=rows)
     np.testing.assert_array_equal(_bits(short, rows, 2, weights), _bits(long, rows, 2, weights))
     assert short.match[0].shape[1] == 64 and long.match[0].shape[1] == rows
+
+
+def test_positions_coded_in_one_call_are_those_coded_one_by_one():
+    """A walk without the model (log-weights 0): 50 positions of 2 streams in calls of 1,
+    7 and 42 positions (a match buffer sized for 4 grows to fit) write the bytes and leave
+    the tables that 50 calls of one position do; the decoder gives them back in two calls."""
+    rows, zeros, grid = 50, np.zeros((2, 256), np.int64), _grid(50, 2)
+    one, many = (BinaryEncoder(), BitMixer(2, positions=4)), (BinaryEncoder(), BitMixer(2, positions=4))
+    for t in range(rows):
+        one[1].code(zeros, one[0], grid[t])
+    for start, stop in ((0, 1), (1, 8), (8, rows)):
+        np.testing.assert_array_equal(many[1].code_positions(zeros, many[0], grid[start:stop]), grid[start:stop])
+    np.testing.assert_array_equal(many[1].coded_probabilities, one[1].coded_probabilities)
+    assert all(np.array_equal(a, b) for a, b in zip(one[1].bits, many[1].bits)) and many[1].position == rows
+    payload = one[0].finish()
+    assert many[0].finish() == payload and many[1].match[0].shape[1] >= rows
+    decoder, received = BinaryDecoder(payload), BitMixer(2, positions=4)
+    decoded = [received.code_positions(zeros, decoder, (n, 2)) for n in (30, 20)]
+    np.testing.assert_array_equal(np.concatenate(decoded), grid)
+
+
+def test_positions_with_a_bad_byte_are_refused_and_nothing_is_learnt():
+    mixer, zeros, encoder = BitMixer(2), np.zeros((2, 256), np.int64), BinaryEncoder()
+    for coded in (np.array([[1, 2], [3, 256]]), np.array([[1, 2, 3]]), np.array([1, 2])):
+        with pytest.raises(ValueError, match="coded must be"):
+            mixer.code_positions(zeros, encoder, coded)
+    assert mixer.position == 0 and not mixer.bits[0].any() and encoder.bits == 0
 
 
 def test_a_decoder_that_reads_past_the_end_refuses():
@@ -148,7 +175,7 @@ def test_the_lines_and_the_indirect_table_follow_the_text():
     pair = ((ord("\n") + 1) * 257 + ord("b") + 1) & 0xFFFF  # the last two bytes, each + 1
     assert mixer.indirect[pair] == (ord("c") << 8) | ord("e")
     cd, ef = (int(word) for word in mixer.previous)  # the last word's hash, the one before's
-    assert mixer.indirect[bitwise._FOLLOWED + (ef >> 48)] == cd >> 1
+    assert mixer.indirect[bitcontexts.FOLLOWED + (ef >> 48)] == cd >> 1
 
 
 def test_each_weight_set_counts_what_it_learned():
@@ -246,7 +273,7 @@ def test_a_contexts_second_input_is_its_stretched_probability_as_sure_as_its_cou
     1/256: a context seen often says what it says; one seen once, a little of it; one not
     seen before, nothing (p_i = 1/2)."""
     mixer = BitMixer(1)
-    bitwise._hash_contexts(mixer.history, mixer.word, 0, mixer.bits[3], mixer.text)  # the first position's contexts
+    bitcontexts.hash_contexts(mixer.history, mixer.word, 0, mixer.bits[3], mixer.text)  # the first position's contexts
     tables, contexts = mixer.bits[0], mixer.bits[3]
     stretch = mixer._curves[0]
     cases = {0: (1, 3), 1: (2_900_000, 1), 2: (200_000, 40), 3: (4_000_000, 255)}  # context: (p_i in 2**-22, n_i)

@@ -16,5 +16,6 @@
 - :mod:`.bitwise`: mixing version 3, the default: version 2's distribution refined one bit
   at a time by context models of bits, four mixers and three APMs, each bit coded as it
   is predicted;
+- :mod:`.bitcontexts`: the 23 contexts of mixing 3's context models, hashed once a position;
 - :mod:`.online`: online mode, a model that learns from the bytes already coded.
 """

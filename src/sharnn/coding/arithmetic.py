@@ -172,6 +172,13 @@ class Predictor(ABC):
         self.learn(coded)
         return coded
 
+    def code_rows(self, grid: np.ndarray, start: int, stop: int, running: int, coder: Coder) -> None:
+        """Code positions ``start .. stop - 1`` of the first ``running`` streams (what
+        :func:`walk` calls), each position's bytes into ``grid``'s next row: :meth:`code`
+        for each."""
+        for t in range(start, stop):
+            grid[t + 1, :running] = self.code(grid, t, running, coder)
+
 
 class FloatPredictor(Predictor):
     """A float step (the model's forward, or the SHA-RNN's step in fp32 or bf16) and a
@@ -224,6 +231,14 @@ class MixedPredictor(Predictor):
         weights = self.flat if not self.model_input else self.step.weights(grid[t])[1]
         return self.mixer.code(weights, coder.bits, coder.symbols(t, running))
 
+    def code_rows(self, grid: np.ndarray, start: int, stop: int, running: int, coder: Coder) -> None:
+        """Mixing 3 without the model: the positions in one kernel call (no step runs
+        between them, and every position's log-weights are 0)."""
+        if self.model_input or not isinstance(self.mixer, BitMixer):
+            return super().code_rows(grid, start, stop, running, coder)
+        rows = coder.symbols(start, running, stop)
+        grid[start + 1 : stop + 1, :running] = self.mixer.code_positions(self.flat, coder.bits, rows)
+
 
 class OnlinePredictor(Predictor):
     """Online mode: ``inner`` (forward or float) predicts; every ``bptt`` positions the
@@ -253,7 +268,9 @@ def walk(
     """Walk the streams of ``lengths`` bytes in lockstep, one position at a time, for both
     directions: at position ``t`` the predictor codes the bytes of the ``k`` streams still
     running through ``coder`` (encodes them, or decodes them: :meth:`Predictor.code`) and
-    learns them. ``progress`` is given the fraction done.
+    learns them. The predictor is given :data:`~sharnn.coding.coders.PROGRESS_EVERY`
+    positions at a time (:meth:`Predictor.code_rows`: one call for them where nothing runs
+    between positions), and ``progress`` the fraction done after each run.
 
     Returns:
         ``[max(lengths), B]`` uint8: column ``b`` holds stream ``b`` (zeros past its end).
@@ -262,11 +279,13 @@ def walk(
     grid = np.zeros((rows + 1, len(lengths)), dtype=np.int64)  # row 0: the start byte; row t + 1: byte t
     grid[0] = START_BYTE
     longer = lengths.count(rows)  # the streams one byte longer than the rest, which come first
-    for t in range(rows):
-        running = longer if t == rows - 1 else len(lengths)
-        grid[t + 1, :running] = predictor.code(grid, t, running, coder)
-        if progress is not None and t % PROGRESS_EVERY == 0:
-            progress.update(t / rows)
+    full = rows if longer == len(lengths) else rows - 1  # the positions every stream codes
+    for start in range(0, full, PROGRESS_EVERY):
+        predictor.code_rows(grid, start, min(start + PROGRESS_EVERY, full), len(lengths), coder)
+        if progress is not None:
+            progress.update(start / rows)
+    if full < rows:
+        predictor.code_rows(grid, full, rows, longer, coder)
     return grid[1:].astype(np.uint8)
 
 

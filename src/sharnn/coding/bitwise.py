@@ -26,21 +26,13 @@ the three, and three APMs refine the result::
 been updated (at most :data:`COUNT_LIMIT`); both are 0 (``p_i = 1/2``) where the context has
 not been seen before. A context's 15 nodes of a half byte share a slot (a cache line), in
 one table for all 23 models (what a model leaves unused, another takes) sized to the bytes
-to code (:func:`slots_for`), in one of four
-neighbouring places found by its hash and told apart by a 16-bit check; a new one takes the
-place whose half byte has learned least (lpaq's hash table). A weight set learns fast while
+to code (:func:`slots_for`), in one of four neighbouring places found by its hash and told
+apart by a 16-bit check; a new one takes the place whose half byte has learned least
+(lpaq's hash table). A weight set learns fast while
 it is new and settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The
-contexts: the last 1, 2, 3, 4, 5, 6, 8, 12 and 16 bytes; the word; the word and the
-previous byte; the bytes 2 and 3 back; the word and the previous word; the previous word and
-the byte; the word and the one before the previous; the last three words; the byte above
-(the same column of the previous line) with the previous byte, and with the column; the
-classes of the last six bytes (letter, capital, digit, space, line end, or the byte); the
-word that followed the previous word when it was last seen, with the word so far and the
-previous byte, and the last two bytes that followed the previous two (indirect contexts);
-the column (up to 63) with the last two bytes, and with the word. Mixer A's
-weight set is the node, mixer B's the previous byte and the node, mixer C's 16 bits
-of the hash of the last 3 bytes (one set for all 8 bits of a byte), the final mixer's the
-node.
+contexts: :mod:`sharnn.coding.bitcontexts`. Mixer A's weight set is the node, mixer B's the
+previous byte and the node, mixer C's 16 bits of the hash of the last 3 bytes (one set for
+all 8 bits of a byte), the final mixer's the node.
 
 A position codes each stream's byte bit by bit, stream after stream: each node on the
 byte's path is predicted, its bit coded, and the node learns it before the next is
@@ -72,10 +64,10 @@ from ..compiled import inline, kernel, prefetch
 from ..tables import decimal_table
 from . import binary, matching, mixing
 from .binary import BinaryDecoder, BinaryEncoder
+from .bitcontexts import CONTEXTS, INDIRECT, TEXT, followed, hash_contexts
 from .matching import MatchMixer, _squash_points, _stretch
 
 MIXING_VERSION = 3
-CONTEXTS = 23  # the context models of bits (the module's docstring names them)
 SLOTS = CONTEXTS * 3 << 17  # one table for all contexts, at most (552 MiB): 1.5 * 2**18 slots of 16 int32 per context
 SLOTS_PER_BYTE = 32  # a shorter input gets this many a byte to code (at least MIN_SLOTS): measured, no larger
 MIN_SLOTS = 1 << 18  # 16 MiB: a 1 KB file came out 2 bytes larger in 2**16
@@ -98,12 +90,7 @@ _APM_ORDERS = (2, 4)  # the hashed APMs' contexts: the last 2 bytes, the last 4 
 _MULTIPLIER = mixing._MULTIPLIER
 _SLOT_MULTIPLIER = np.uint64(0x2545F4914F6CDD1D)
 _CONTEXT_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # sets the contexts' slots apart in the one table
-_ORDERS = np.array([1, 2, 3, 4, 5, 6, 8, 12, 16], dtype=np.int64)  # the context models of the last k bytes ...
-_ORDER_CONTEXTS = np.array([0, 1, 2, 3, 9, 4, 5, 14, 15], dtype=np.int64)  # ... and their places among the contexts
-_FOLLOWED = 1 << 16  # the indirect table: the bytes that followed each hash of the last two, then from here ...
-_INDIRECT = 2 * _FOLLOWED  # ... the word that followed each previous word (16 bits of each hash: _followed)
 _STATE = "Tuple((int32[:, ::1], int64[:, ::1], uint16[:, ::1], uint64[:, ::1], int64[::1]))"
-_TEXT = "Tuple((uint64[::1], uint8[:, ::1], int64, int64[::1], int64[:, ::1]))"  # words, buffer, t, indirect, lines
 _CURVES = "UniTuple(int16[::1], 2)"  # stretch (4096 probabilities) and squash (4095 stretched values)
 _WORK = "Tuple((int64[::1], int64[:, ::1], boolean[::1], int64[::1]))"  # inputs, slots, slots found, sums
 
@@ -132,77 +119,6 @@ def _clip(x):
 _DEPTHS = np.array([0] + [j.bit_length() - 1 for j in range(1, 256)], dtype=np.int64)  # bits node c0 has decided
 _RATES = np.array([2**17 // (2 * n + 3) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # 1 / (n + 3/2) in 2**-16
 _SURE = np.array([(n << 12) // (n + CONFIDENCE) for n in range(COUNT_LIMIT + 1)], dtype=np.int64)  # in 2**-12
-
-
-@inline
-def _mixed(value, salt):
-    """A hash of ``value`` with ``salt``."""
-    return (value + salt) * _MULTIPLIER
-
-
-@inline
-def _class(byte):
-    """A byte's class for the context of the last six: lower, upper, digit, space, LF, none, or itself."""
-    if 97 <= byte <= 122:
-        return np.uint64(1)
-    if 65 <= byte <= 90:
-        return np.uint64(2)
-    if 48 <= byte <= 57:
-        return np.uint64(3)
-    if byte == 32 or byte == 10 or byte < 0:
-        return np.uint64(4 + (byte == 10) + 2 * (byte < 0))
-    return np.uint64(7 + byte)
-
-
-@inline
-def _followed(word):
-    """The place in the indirect table of the word that followed the word of hash ``word``."""
-    return _FOLLOWED + np.int64(word >> np.uint64(48))
-
-
-@kernel("void(uint64[:, ::1], uint64[::1], int64, uint64[:, ::1], " + _TEXT + ")")
-def _hash_contexts(history, word, b, contexts, text):
-    """Stream ``b``'s context hashes into ``contexts [B, CONTEXTS]`` from its ``history
-    [B, 12]`` (each byte + 1, newest first) and ``word [B]`` (:mod:`sharnn.coding.mixing`'s),
-    and ``text``: the last two words ``[2B]`` (:mod:`sharnn.coding.matching`'s), the
-    streams' bytes ``[B, >t]``, the position ``t``, the indirect table, the lines' starts ``[B, 2]``."""
-    words, buffer, t, indirect, lines = text
-    value, k = np.uint64(0), 0
-    for j in range(16):
-        byte = history[b, j] if j < 12 else np.uint64(buffer[b, t - j - 1] + 1 if t - j - 1 >= 0 else 0)
-        value = (value ^ byte) * _MULTIPLIER + np.uint64(j + 1)
-        if _ORDERS[k] == j + 1:
-            contexts[b, _ORDER_CONTEXTS[k]] = value
-            k = min(k + 1, len(_ORDERS) - 1)
-    previous, before = words[b], words[len(word) + b]
-    contexts[b, 6], contexts[b, 7] = (
-        _mixed(word[b], np.uint64(77)),
-        (word[b] ^ (history[b, 0] << np.uint64(40))) * _MULTIPLIER,
-    )
-    contexts[b, 8] = _mixed((history[b, 1] << np.uint64(16)) + (history[b, 2] << np.uint64(8)), np.uint64(1))
-    contexts[b, 10] = (_mixed(word[b], np.uint64(5)) ^ previous) * _MULTIPLIER
-    column, above = t - lines[b, 0], np.uint64(0)
-    if lines[b, 1] >= 0 and lines[b, 1] + column < lines[b, 0] - 1:
-        above = np.uint64(buffer[b, lines[b, 1] + column]) + np.uint64(1)
-    contexts[b, 11] = _mixed((above << np.uint64(9)) + history[b, 0], np.uint64(0x777))
-    contexts[b, 12] = _mixed((above << np.uint64(12)) + np.uint64(min(column, 255)), np.uint64(0x999))
-    contexts[b, 13] = (contexts[b, 10] ^ (before + np.uint64(11))) * _MULTIPLIER
-    classes = np.uint64(0)
-    for j in range(6):
-        classes = classes * np.uint64(263) + _class(np.int64(history[b, j]) - 1)
-    contexts[b, 16] = _mixed(classes, np.uint64(0x31337))
-    followed = np.uint64(indirect[_followed(previous)])
-    contexts[b, 17] = _mixed((followed * np.uint64(31)) ^ word[b] ^ (history[b, 0] << np.uint64(56)), np.uint64(0xF012))
-    pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1])
-    second = np.uint64(indirect[pair & 0xFFFF])
-    contexts[b, 18] = _mixed(second * np.uint64(70000) + np.uint64(pair), np.uint64(0x5555))
-    contexts[b, 19] = (_mixed(previous, np.uint64(0x6666)) + history[b, 0]) * _MULTIPLIER
-    contexts[b, 20] = (_mixed(word[b], np.uint64(0x7777)) ^ before) * _MULTIPLIER
-    near = np.uint64(min(column, 63))  # the place in the line: verse, tables, indented code
-    contexts[b, 21] = _mixed(
-        (history[b, 0] << np.uint64(9)) + history[b, 1] + (near << np.uint64(20)), np.uint64(0xDEF)
-    )
-    contexts[b, 22] = _mixed((word[b] ^ near) * _MULTIPLIER, np.uint64(0xDE1))
 
 
 @inline
@@ -432,9 +348,10 @@ def _learn_node(state, curves, b, c0, depth, y, work):
 
 _ARRAYS = "float64[:, ::1], float64[:, :, ::1]"  # version 2's distribution, the running sums
 _CODER = "int64[::1], uint8[::1], int64[::1], int64[:, ::1], boolean"  # state, buffer, bytes, probabilities, decode
+_CODER_ROWS = "int64[::1], uint8[::1], int64[:, ::1], int64[:, ::1], boolean"  # the same with n positions' bytes [n, k]
 
 
-@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {_TEXT}, {_ARRAYS}, {_WORK}, {_CODER})")
+@kernel(f"void({_STATE}, {_CURVES}, uint64[:, ::1], uint64[::1], {TEXT}, {_ARRAYS}, {_WORK}, {_CODER})")
 def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buffer, coded, probabilities, decode):
     """Code the bytes ``coded [k]`` of the first ``k`` streams (or, with ``decode``, decode
     them into it) bit by bit, stream after stream, through the binary coder ``coder
@@ -447,7 +364,7 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
     tables, weights, _, contexts, previous = state
     words, _, t, indirect, lines = text
     for b in range(len(coded)):  # every stream's first rows asked for before any is read
-        _hash_contexts(history, word, b, contexts, text)
+        hash_contexts(history, word, b, contexts, text)
         previous[b] = np.int64(history[b, 0])
         _fetch_slots(state, b, 0)
         _fetch_apms(state, b, 1)
@@ -478,24 +395,29 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
         pair = np.int64(history[b, 0] * np.uint64(257) + history[b, 1]) & 0xFFFF
         indirect[pair] = ((indirect[pair] << 8) | coded[b]) & 0xFFFF
         if word[b] != np.uint64(0) and not mixing._letter(coded[b]):  # a word ends: it followed the previous one
-            indirect[_followed(words[b])] = np.int64(word[b] >> np.uint64(1))
+            indirect[followed(words[b])] = np.int64(word[b] >> np.uint64(1))
         if coded[b] == 10:
             lines[b, 0], lines[b, 1] = t + 1, lines[b, 0]
 
 
-@kernel(f"void({matching._MIXER}, {_STATE}, {_CURVES}, {_TEXT}, int64[:, ::1], {_ARRAYS}, {_WORK}, {_CODER})")
-def _position(
-    mixer, state, curves, text, log_weights, byte_probs, cums, work, coder, buffer, coded, probabilities, decode
+@kernel(f"void({matching._MIXER}, {_STATE}, {_CURVES}, {TEXT}, int64[:, ::1], {_ARRAYS}, {_WORK}, {_CODER_ROWS})")
+def _positions(
+    mixer, state, curves, text, log_weights, byte_probs, cums, work, coder, buffer, rows, probabilities, decode
 ):
-    """A position of mixing 3 in one call (:meth:`BitMixer.code`): version 2's prediction
-    (:func:`sharnn.coding.matching._predict`) from the model's ``log_weights [B, 256]`` into
-    ``byte_probs [B, 256]``, the model's running sums, the bits coded (:func:`_code`), then
-    version 2's update (``coded``: bytes of at most ``B`` streams, as the caller checks)."""
+    """Positions ``t .. t + n - 1`` of mixing 3 in one call (:meth:`BitMixer.code_positions`;
+    ``t``: ``text``'s), each with the model's ``log_weights [B, 256]``: version 2's prediction
+    (:func:`sharnn.coding.matching._predict`) into ``byte_probs [B, 256]``, the model's
+    running sums, the bits of ``rows [n, k]`` coded (:func:`_code`; or, with ``decode``,
+    decoded into it), then version 2's update (``k`` at most ``B`` bytes, and room in the
+    match model's buffer, as the caller checks)."""
     _, _, history, word, _, _, model, _, _, logs, _, _ = mixer
-    matching._predict(mixer, log_weights, byte_probs)
-    _running_sums(byte_probs, model, logs[2], cums)
-    _code(state, curves, history, word, text, byte_probs, cums, work, coder, buffer, coded, probabilities, decode)
-    matching._update(mixer, text[2], coded)
+    words, match, t, indirect, lines = text
+    for i in range(rows.shape[0]):
+        matching._predict(mixer, log_weights, byte_probs)
+        _running_sums(byte_probs, model, logs[2], cums)
+        here = (words, match, t + i, indirect, lines)
+        _code(state, curves, history, word, here, byte_probs, cums, work, coder, buffer, rows[i], probabilities, decode)
+        matching._update(mixer, t + i, rows[i])
 
 
 def slots_for(size: int) -> int:
@@ -530,7 +452,7 @@ class BitMixer(MatchMixer):
         apm = np.repeat(_squash_points().astype(np.uint16)[None], 3 * _APM_ROWS, axis=0)
         contexts, previous = np.zeros((streams, CONTEXTS), np.uint64), np.zeros(streams, np.int64)
         self.bits = (tables, weights, apm, contexts, previous)
-        self.indirect, self.lines = np.zeros(_INDIRECT, np.int64), np.zeros((streams, 2), np.int64)
+        self.indirect, self.lines = np.zeros(INDIRECT, np.int64), np.zeros((streams, 2), np.int64)
         self.lines[:, 1] = -1  # no line before the first
         self.coded_probabilities = np.zeros((streams, 8), np.int64)
         self._curves = (_stretch().astype(np.int16), _squash_table().astype(np.int16))
@@ -541,7 +463,7 @@ class BitMixer(MatchMixer):
 
     @property
     def text(self) -> tuple:
-        """What the contexts of text read (:data:`_TEXT`)."""
+        """What the contexts of text read (:data:`~sharnn.coding.bitcontexts.TEXT`)."""
         return self.previous, self.match[0], self.position, self.indirect, self.lines
 
     def code(
@@ -557,7 +479,27 @@ class BitMixer(MatchMixer):
             The ``k`` bytes coded, int64.
 
         Raises:
-            ValueError: ``model_log_weights`` not ``[B, 256]``; ``coded`` not ``[k <= B]``
+            ValueError: as :meth:`code_positions`.
+        """
+        decode = isinstance(coder, BinaryDecoder)
+        return self.code_positions(model_log_weights, coder, (1, int(coded)) if decode else np.asarray(coded)[None])[0]
+
+    def code_positions(
+        self, model_log_weights: np.ndarray, coder: BinaryEncoder | BinaryDecoder, coded: np.ndarray | tuple[int, int]
+    ) -> np.ndarray:
+        """Code ``n`` positions in one kernel call, each with the same ``model_log_weights
+        [B, 256]`` (a walk without the model: zeros, :class:`~sharnn.coding.arithmetic.MixedPredictor`):
+        the bytes ``coded [n, k]`` of the first ``k`` streams into a
+        :class:`~sharnn.coding.binary.BinaryEncoder`, or, given ``(n, k)``, ``n`` positions
+        of ``k`` bytes out of a :class:`~sharnn.coding.binary.BinaryDecoder`. The same
+        bits as :meth:`code` position by position; :attr:`coded_probabilities` holds the
+        last position's.
+
+        Returns:
+            The bytes coded ``[n, k]``, int64.
+
+        Raises:
+            ValueError: ``model_log_weights`` not ``[B, 256]``; ``coded`` not ``[n, k <= B]``
                 bytes (nothing is coded or learned); from a decoder, bits that run past
                 its end.
         """
@@ -565,17 +507,17 @@ class BitMixer(MatchMixer):
             raise ValueError(f"model log-weights of shape {np.shape(model_log_weights)}, not {self._model.shape}")
         decode = isinstance(coder, BinaryDecoder)
         if decode:
-            coded = np.zeros(min(int(coded), self.streams), np.int64)
+            rows = np.zeros((coded[0], min(coded[1], self.streams)), np.int64)
         else:
-            coded = np.array(coded, dtype=np.int64)
-            if coded.ndim != 1 or not mixing._codable(coded, self.streams):
-                raise ValueError(f"coded must be [k <= {self.streams}] bytes, not {coded!r}")
-            coder.reserve(8 * len(coded))
-        mixer, weights = self.position_arrays(), np.ascontiguousarray(model_log_weights, dtype=np.int64)
+            rows = np.array(coded, dtype=np.int64)
+            if rows.ndim != 2 or not (rows.shape[1] <= self.streams and mixing._codable(rows.reshape(-1), rows.size)):
+                raise ValueError(f"coded must be [n, k <= {self.streams}] bytes, not {coded!r}")
+            coder.reserve(8 * rows.size)
+        mixer, weights = self.position_arrays(len(rows)), np.ascontiguousarray(model_log_weights, dtype=np.int64)
         arrays = (self.bits, self._curves, self.text, weights, self._byte_probs, self._cums, self._work)
-        _position(mixer, *arrays, coder.state, coder.buffer, coded, self.coded_probabilities, decode)
-        self.position += 1
-        return coded
+        _positions(mixer, *arrays, coder.state, coder.buffer, rows, self.coded_probabilities, decode)
+        self.position += len(rows)
+        return rows
 
     def mix(self, model_log_weights: np.ndarray) -> np.ndarray:
         """Not a distribution of bytes: mixing 3 codes bits (:meth:`code`).

@@ -22,13 +22,14 @@ class Coder(Protocol):
     ``k`` bytes of position ``t`` with their distributions (encodes them, or decodes them)
     and returns them ``[k]``; ``bits``, the binary coder of mixing 3; ``symbols(t, k)``,
     the ``k`` bytes to encode at ``t`` (an :class:`Encoder`) or ``k`` (a :class:`Decoder`:
-    the bytes are to be decoded)."""
+    the bytes are to be decoded), and ``symbols(t, k, stop)`` those of positions ``t ..
+    stop - 1``, ``[n, k]`` (or ``(n, k)``)."""
 
     bits: BinaryEncoder | BinaryDecoder
 
     def code(self, t: int, probs: np.ndarray) -> np.ndarray: ...
 
-    def symbols(self, t: int, k: int) -> np.ndarray | int: ...
+    def symbols(self, t: int, k: int, stop: int | None = None) -> np.ndarray | int | tuple[int, int]: ...
 
 
 class Encoder:
@@ -40,9 +41,9 @@ class Encoder:
         self.grid, self.progress = grid, progress
         self.range, self.bits = constriction.stream.queue.RangeEncoder(), BinaryEncoder()
 
-    def symbols(self, t: int, k: int) -> np.ndarray:
+    def symbols(self, t: int, k: int, stop: int | None = None) -> np.ndarray:
         self._report(t, self.bits.bits)
-        return self.grid[t, :k]
+        return self.grid[t, :k] if stop is None else self.grid[t:stop, :k]
 
     def code(self, t: int, probs: np.ndarray) -> np.ndarray:
         symbols = self.grid[t, : len(probs)]
@@ -72,8 +73,8 @@ class Decoder:
         else:
             self.range = constriction.stream.queue.RangeDecoder(np.frombuffer(payload, dtype="<u4").astype(np.uint32))
 
-    def symbols(self, t: int, k: int) -> int:
-        return k
+    def symbols(self, t: int, k: int, stop: int | None = None) -> int | tuple[int, int]:
+        return k if stop is None else (stop - t, k)
 
     def code(self, t: int, probs: np.ndarray) -> np.ndarray:
         return self.range.decode(_FAMILY, probs)

@@ -347,12 +347,14 @@ class MatchMixer(AdaptiveMixer):
     def _layout(self) -> tuple[int, tuple[int, ...]]:
         return len(ORDERS) + 1 + EXTRA * PARTS[2] + 1, SELECTORS
 
-    def position_arrays(self) -> tuple:
+    def position_arrays(self, positions: int = 1) -> tuple:
         """What a position's kernels take (:data:`_MIXER`), with room in the match model's
-        buffer for this position's bytes (it grows to twice as long when they outgrow it)."""
+        buffer for the bytes of the next ``positions`` (it grows to twice as long, or to
+        fit, when they outgrow it)."""
         buffer = self.match[0]
-        if self.position >= buffer.shape[1]:
-            self.match = (np.concatenate([buffer, np.zeros_like(buffer)], axis=1), *self.match[1:])
+        if self.position + positions > buffer.shape[1]:
+            room = max(2 * buffer.shape[1], self.position + positions) - buffer.shape[1]
+            self.match = (np.concatenate([buffer, np.zeros((len(buffer), room), np.uint8)], axis=1), *self.match[1:])
         state = (self.history, self.word, self.previous, self._hashes, self._model, self._inputs, self._mixers)
         return (self.tables.arrays, self._places, *state, self._logs, self.match, self.apm)
 
