@@ -182,7 +182,8 @@ def measure(name: str, model, limit: int | None, cache: Path | None = None, vari
                 stack.enter_context(mock.patch.object({1: mixing, 2: matching, 3: bitwise}[version], constant, value))
             started = time.perf_counter()
             positions = max(stream_lengths(len(data), streams))  # as compress sizes the mixer
-            predictor = MixedPredictor(Replay(logits, streams), CPU, version, not looks_binary(data), positions)
+            step = None if looks_binary(data) else Replay(logits, streams)  # not text: the context models alone
+            predictor = MixedPredictor(step, CPU, version, streams, positions)
             row[variant] = ideal_bits(predictor, data) / len(data)
             row[f"{variant} seconds"] = time.perf_counter() - started
     row["PPMd"] = 8 * len(pyppmd.compress(data, variant="H", max_order=8, mem_size=16 << 20)) / len(data)

@@ -1223,6 +1223,20 @@ def test_input_that_is_not_text_is_coded_by_the_context_models_alone(model, othe
         container.pack(header, 5)
 
 
+@pytest.mark.parametrize("mixing", [2, 3])
+def test_input_that_is_not_text_builds_no_step(model, monkeypatch, mixing):
+    """Without the model no step is built (its integer weights took 0.1 s of every such
+    file), either direction: with the step's builder refused, it still round-trips."""
+    blob = codec.compress(BINARY, model, streams=3, mixing=mixing)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a step was built for input coded without the model")
+
+    monkeypatch.setattr(arithmetic, "inference_step", refused)
+    assert codec.compress(BINARY, model, streams=3, mixing=mixing) == blob
+    assert decompress(blob, model) == BINARY
+
+
 def test_cli_lists_input_that_is_not_text(tmp_path, run_dir):
     source, packed, out = tmp_path / "blob.bin", tmp_path / "blob.bin.shz", tmp_path / "blob.out"
     source.write_bytes(BINARY)

@@ -131,10 +131,12 @@ class Arithmetic:
         if kind == "online":
             inner = dataclasses.replace(self, online=None).predictor(model, streams, positions)
             return OnlinePredictor(inner, model, self.online)
+        if kind == "mixed" and not self.model_input:  # the context models alone: no step to build
+            return MixedPredictor(None, device_of(model), self.mixing, streams, positions)
         kind_of_step = {"forward": "forward", "float": self.precision}.get(kind, "integer")
         step, device = inference_step(model, streams, positions, kind_of_step), device_of(model)
         if kind == "mixed":
-            return MixedPredictor(step, device, self.mixing, self.model_input, positions)
+            return MixedPredictor(step, device, self.mixing, streams, positions)
         return (IntegerPredictor if kind == "integer" else FloatPredictor)(step, device)
 
 
@@ -200,22 +202,21 @@ class MixedPredictor(Predictor):
     mixing version 1 (:class:`~sharnn.coding.mixing.AdaptiveMixer`), 2 (its match model
     and APMs, :class:`~sharnn.coding.matching.MatchMixer`) or 3 (context models of bits,
     each bit coded through the coder's binary one: :class:`~sharnn.coding.bitwise.BitMixer`,
-    :meth:`code` only). Without ``model_input`` the
-    step never runs: the mixers take log-weights of 0, a constant that changes neither
-    their prediction nor their learning, and the context models code alone. ``positions``,
-    the most a stream codes, sizes the match model's buffer and mixing 3's table: both
-    directions give the same (:meth:`Arithmetic.predictor`: the longest stream's length)."""
+    :meth:`code` only), for ``streams`` streams. Without a step (None: input that is not
+    text) the model never runs: the mixers take log-weights of 0, a constant that changes
+    neither their prediction nor their learning, and the context models code alone.
+    ``positions``, the most a stream codes, sizes the match model's buffer and mixing 3's
+    table: both directions give the same (:meth:`Arithmetic.predictor`: the longest
+    stream's length)."""
 
-    def __init__(
-        self, step, device: torch.device, mixing: int = MIXING_VERSION, model_input: bool = True, positions: int = 4096
-    ):
+    def __init__(self, step, device: torch.device, mixing: int, streams: int, positions: int = 4096):
         super().__init__(step, device)
         if mixing == 1:
-            self.mixer = AdaptiveMixer(step.streams)
+            self.mixer = AdaptiveMixer(streams)
         else:
-            self.mixer = {2: MatchMixer, 3: BitMixer}[mixing](step.streams, positions)
-        self.model_input = model_input
-        self.flat = np.zeros((step.streams, 256), dtype=np.int64)
+            self.mixer = {2: MatchMixer, 3: BitMixer}[mixing](streams, positions)
+        self.model_input = step is not None
+        self.flat = np.zeros((streams, 256), dtype=np.int64)
 
     def predict(self, grid: np.ndarray, t: int) -> np.ndarray:
         if not self.model_input:
