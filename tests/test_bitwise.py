@@ -313,7 +313,8 @@ def test_the_running_sums_are_those_of_the_two_distributions_in_order(model):
     rows = {"random": random_log_weights(1, 3)[0], "zeros": np.zeros((3, 256)), "constant": np.full((3, 256), -9)}
     logs = np.ascontiguousarray(rows[model] * 4, dtype=np.int64)  # the model's inputs, 2**-10 nat
     byte_probs, cums = rng.dirichlet(np.ones(256), 3), np.full((3, 2, 257), np.nan)
-    bitwise._running_sums(byte_probs, logs, exp, cums)
+    bitwise._byte_sums(byte_probs, cums)
+    bitwise._model_sums(logs, exp, cums)
     for b in range(3):
         weights = np.empty(256, np.int64)
         mixing._exp_weights(logs[b] * mixing.WEIGHT_UNIT, exp, weights)

@@ -230,21 +230,29 @@ def _node(state, curves, b, c0, cums, work):
     return min(max(p >> 2, 1), 4095)
 
 
-@kernel("void(float64[:, ::1], int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
-def _running_sums(byte_probs, model, exp, cums):
-    """``cums [B, 2, 257]``: the sums before each byte, in order, of version 2's
-    ``byte_probs [B, 256]`` and of the model's own integer weights, those of
-    :func:`sharnn.coding.mixing._exp_weights` for ``model [B, 256]`` (version 2's
-    log-weights, 2**-10 nat) as a mixer's logits at weight 1."""
+@kernel("void(int64[:, ::1], int64[::1], float64[:, :, ::1])", allocates=True)
+def _model_sums(model, exp, cums):
+    """``cums [B, 2, 257]``'s second row: the sums before each byte, in order, of the model's
+    own integer weights, those of :func:`sharnn.coding.mixing._exp_weights` for ``model
+    [B, 256]`` (version 2's log-weights, 2**-10 nat) as a mixer's logits at weight 1."""
     weights = np.empty(256, np.int64)
     for b in range(model.shape[0]):
         for s in range(256):
             weights[s] = model[b, s] * mixing.WEIGHT_UNIT
         mixing._exp_weights(weights, exp, weights)
-        cums[b, 0, 0], cums[b, 1, 0] = 0.0, 0.0
+        cums[b, 1, 0] = 0.0
+        for s in range(256):
+            cums[b, 1, s + 1] = cums[b, 1, s] + weights[s]  # exact: integers below 2**33
+
+
+@inline
+def _byte_sums(byte_probs, cums):
+    """``cums [B, 2, 257]``'s first row: the sums before each byte, in order, of version 2's
+    ``byte_probs [B, 256]``."""
+    for b in range(byte_probs.shape[0]):
+        cums[b, 0, 0] = 0.0
         for s in range(256):
             cums[b, 0, s + 1] = cums[b, 0, s] + byte_probs[b, s]
-            cums[b, 1, s + 1] = cums[b, 1, s] + weights[s]  # exact: integers below 2**33
 
 
 @inline
@@ -356,7 +364,7 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
     """Code the bytes ``coded [k]`` of the first ``k`` streams (or, with ``decode``, decode
     them into it) bit by bit, stream after stream, through the binary coder ``coder
     [4]``, ``buffer`` (:mod:`sharnn.coding.binary`): each bit's node refines version 2's
-    ``byte_probs [B, 256]`` (:func:`_node`, ``cums [B, 2, 257]``: :func:`_running_sums`),
+    ``byte_probs [B, 256]`` (:func:`_node`, ``cums [B, 2, 257]``: :func:`_byte_sums`, :func:`_model_sums`),
     is coded with :func:`_coded_probability`, recorded in ``probabilities [B, 8]`` (2**-16,
     of the bit coded), and learns it (:func:`_learn_node`); then the indirect table (the
     word ``word [B]`` that a byte ends follows the previous one) and the lines' starts
@@ -406,15 +414,18 @@ def _positions(
 ):
     """Positions ``t .. t + n - 1`` of mixing 3 in one call (:meth:`BitMixer.code_positions`;
     ``t``: ``text``'s), each with the model's ``log_weights [B, 256]``: version 2's prediction
-    (:func:`sharnn.coding.matching._predict`) into ``byte_probs [B, 256]``, the model's
-    running sums, the bits of ``rows [n, k]`` coded (:func:`_code`; or, with ``decode``,
+    (:func:`sharnn.coding.matching._predict`) into ``byte_probs [B, 256]``, the running sums
+    (the model's once: :func:`_model_sums`; version 2's: :func:`_byte_sums`), the bits of
+    ``rows [n, k]`` coded (:func:`_code`; or, with ``decode``,
     decoded into it), then version 2's update (``k`` at most ``B`` bytes, and room in the
     match model's buffer, as the caller checks)."""
     _, _, history, word, _, _, model, _, _, logs, _, _ = mixer
     words, match, t, indirect, lines = text
     for i in range(rows.shape[0]):
         matching._predict(mixer, log_weights, byte_probs)
-        _running_sums(byte_probs, model, logs[2], cums)
+        if i == 0:  # the model's running sums: its log-weights are the call's
+            _model_sums(model, logs[2], cums)
+        _byte_sums(byte_probs, cums)
         here = (words, match, t + i, indirect, lines)
         _code(state, curves, history, word, here, byte_probs, cums, work, coder, buffer, rows[i], probabilities, decode)
         matching._update(mixer, t + i, rows[i])
