@@ -28,11 +28,11 @@ not been seen before. A context's 15 nodes of a half byte share a slot (a cache 
 one table for all 23 models (what a model leaves unused, another takes) sized to the bytes
 to code (:func:`slots_for`), in one of four neighbouring places found by its hash and told
 apart by a 16-bit check; a new one takes the place whose half byte has learned least
-(lpaq's hash table). A weight set learns fast while
-it is new and settles to ``lr`` (:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The
-contexts: :mod:`sharnn.coding.bitcontexts`. Mixer A's weight set is the node, mixer B's the
-previous byte and the node, mixer C's 16 bits of the hash of the last 3 bytes (one set for
-all 8 bits of a byte), the final mixer's the node.
+(lpaq's hash table). A weight set learns fast while it is new and settles to ``lr``
+(:data:`LEARNING_RATE`, :data:`BOOST`, :data:`HALF`). The contexts:
+:mod:`sharnn.coding.bitcontexts`. Mixer A's weight set is the node, mixer B's the previous
+byte and the node, mixer C's 16 bits of the hash of the last 3 bytes (one set for all 8
+bits of a byte), the final mixer's the node.
 
 A position codes each stream's byte bit by bit, stream after stream: each node on the
 byte's path is predicted, its bit coded, and the node learns it before the next is
@@ -364,8 +364,8 @@ def _code(state, curves, history, word, text, byte_probs, cums, work, coder, buf
     """Code the bytes ``coded [k]`` of the first ``k`` streams (or, with ``decode``, decode
     them into it) bit by bit, stream after stream, through the binary coder ``coder
     [4]``, ``buffer`` (:mod:`sharnn.coding.binary`): each bit's node refines version 2's
-    ``byte_probs [B, 256]`` (:func:`_node`, ``cums [B, 2, 257]``: :func:`_byte_sums`, :func:`_model_sums`),
-    is coded with :func:`_coded_probability`, recorded in ``probabilities [B, 8]`` (2**-16,
+    ``byte_probs [B, 256]`` (:func:`_node`; ``cums [B, 2, 257]``, the running sums), is
+    coded with :func:`_coded_probability`, recorded in ``probabilities [B, 8]`` (2**-16,
     of the bit coded), and learns it (:func:`_learn_node`); then the indirect table (the
     word ``word [B]`` that a byte ends follows the previous one) and the lines' starts
     (``text``) learn the byte."""
@@ -415,10 +415,10 @@ def _positions(
     """Positions ``t .. t + n - 1`` of mixing 3 in one call (:meth:`BitMixer.code_positions`;
     ``t``: ``text``'s), each with the model's ``log_weights [B, 256]``: version 2's prediction
     (:func:`sharnn.coding.matching._predict`) into ``byte_probs [B, 256]``, the running sums
-    (the model's once: :func:`_model_sums`; version 2's: :func:`_byte_sums`), the bits of
-    ``rows [n, k]`` coded (:func:`_code`; or, with ``decode``,
-    decoded into it), then version 2's update (``k`` at most ``B`` bytes, and room in the
-    match model's buffer, as the caller checks)."""
+    (the model's once, :func:`_model_sums`; version 2's, :func:`_byte_sums`), the bits of
+    ``rows [n, k]`` coded (:func:`_code`; with ``decode``, decoded into ``rows``), then
+    version 2's update (``k`` at most ``B`` bytes, and room in the match model's buffer, as
+    the caller checks)."""
     _, _, history, word, _, _, model, _, _, logs, _, _ = mixer
     words, match, t, indirect, lines = text
     for i in range(rows.shape[0]):
