@@ -27,8 +27,9 @@ everywhere but ``sharnn --threads 2``.
   streams ``sharnn`` uses, for as many positions as the file codes: the floor the coder
   is measured against (``--no-products`` leaves it out: on a long file it takes longer
   than the coder);
-- ``paq8px -8`` (``--paq8px PATH``: built from its source, never shipped), ``xz -9e``,
-  ``bzip2 -9``, ``zstd -19`` and ``PPMd`` (order 8, 16 MiB, ``pyppmd``).
+- ``paq8px -8`` (``--paq8px PATH``: built from its source, never shipped; ``--paq8px-levels
+  -8 -8L`` adds its LSTM), ``xz -9e``, ``bzip2 -9``, ``zstd -19`` and ``PPMd`` (order 8,
+  16 MiB, ``pyppmd``).
 
 Besides, ``enwik8-head-test`` and ``wikitext2-test``: the test texts of the bundled corpora.
 
@@ -171,11 +172,11 @@ def timed(compress, decompress, data: bytes) -> dict:
     return {"bytes": len(blob), "compress_s": middle - start, "decompress_s": time.perf_counter() - middle}
 
 
-def paq8px(binary: str, path: Path) -> dict:
+def paq8px(binary: str, path: Path, level: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         packed, out = Path(folder) / "in.paq8px", Path(folder) / "out"
         start = time.perf_counter()
-        subprocess.run([binary, "-8", str(path), str(packed)], check=True, capture_output=True)
+        subprocess.run([binary, level, str(path), str(packed)], check=True, capture_output=True)
         middle = time.perf_counter()
         subprocess.run([binary, "-d", str(packed), str(out)], check=True, capture_output=True)
         end = time.perf_counter()
@@ -217,8 +218,8 @@ def compressors(args) -> dict:
         table[mode] = lambda name, path, options=options: sharnn(ROOT, path, options)
     if args.baseline:
         table[f"sharnn {args.baseline_name}"] = lambda name, path: sharnn(Path(args.baseline), path)
-    if args.paq8px:
-        table["paq8px -8"] = lambda name, path: paq8px(args.paq8px, path)
+    for level in args.paq8px_levels if args.paq8px else ():
+        table[f"paq8px {level}"] = lambda name, path, level=level: paq8px(args.paq8px, path, level)
     table |= {
         "xz -9e": lambda name, path: timed(
             lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME), lzma.decompress, path.read_bytes()
@@ -341,6 +342,13 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="a checkout of an earlier sharnn to measure beside")
     parser.add_argument("--baseline-name", default="0.4.0", help="its name in the table [%(default)s]")
     parser.add_argument("--paq8px", default=shutil.which("paq8px"), help="the paq8px binary [on PATH]")
+    parser.add_argument(
+        "--paq8px-levels",
+        nargs="+",
+        default=["-8"],
+        choices=["-8", "-8L"],
+        help="its levels: -8, and -8L with its LSTM learned online (slower) [-8]",
+    )
     parser.add_argument(
         "--modes",
         nargs="*",
