@@ -28,7 +28,7 @@ everywhere but ``sharnn --threads 2``.
   is measured against (``--no-products`` leaves it out: on a long file it takes longer
   than the coder);
 - ``paq8px -8`` (``--paq8px PATH``: built from its source, never shipped; ``--paq8px-levels
-  -8 -8L`` adds its LSTM), ``xz -9e``, ``bzip2 -9``, ``zstd -19`` and ``PPMd`` (order 8,
+  8 8L`` adds its LSTM, -8L), ``xz -9e``, ``bzip2 -9``, ``zstd -19`` and ``PPMd`` (order 8,
   16 MiB, ``pyppmd``).
 
 Besides, ``enwik8-head-test`` and ``wikitext2-test``: the test texts of the bundled corpora.
@@ -219,7 +219,7 @@ def compressors(args) -> dict:
     if args.baseline:
         table[f"sharnn {args.baseline_name}"] = lambda name, path: sharnn(Path(args.baseline), path)
     for level in args.paq8px_levels if args.paq8px else ():
-        table[f"paq8px {level}"] = lambda name, path, level=level: paq8px(args.paq8px, path, level)
+        table[f"paq8px -{level}"] = lambda name, path, level=level: paq8px(args.paq8px, path, f"-{level}")
     table |= {
         "xz -9e": lambda name, path: timed(
             lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME), lzma.decompress, path.read_bytes()
@@ -345,9 +345,9 @@ def main() -> None:
     parser.add_argument(
         "--paq8px-levels",
         nargs="+",
-        default=["-8"],
-        choices=["-8", "-8L"],
-        help="its levels: -8, and -8L with its LSTM learned online (slower) [-8]",
+        default=["8"],
+        choices=["8", "8L"],
+        help="its levels (without the dash): 8, and 8L with its LSTM learned online (slower) [8]",
     )
     parser.add_argument(
         "--modes",
