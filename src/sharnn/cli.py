@@ -194,7 +194,7 @@ def generate(checkpoint, prompt, prompt_file, max_bytes, temperature, top_k, top
     sys.stdout.write("\n")
 
 
-@main.command()
+@main.command(cls=click.Command)  # not console.Command: the files are checked before torch loads
 @click.argument("files", nargs=-1, required=True, metavar="FILE... [KEY=VALUE]...")
 @click.option(
     "--model",
@@ -230,7 +230,7 @@ def compress(files, model_path, online, streams, mixing, threads, device, adapt,
     console.code_files(files, how, coding, model=model_path, threads=threads)
 
 
-@main.command()
+@main.command(cls=click.Command)  # the files checked before torch loads, as compress
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option(
     "--model",

@@ -17,6 +17,12 @@ Each kernel is compiled on first use for the signatures it declares, and cached 
 (numba's cache: beside the package, or in ``~/.cache`` when the package's folder is
 read-only; ``NUMBA_CACHE_DIR`` overrides). :func:`ensure_compiled` compiles or loads them
 all at once and says in one line on standard error when it compiles.
+
+The cache is an optimisation that never breaks a run: with no folder numba may write it
+in, or a cache file that cannot be read back (truncated, emptied, garbled), the kernel is
+compiled in memory for this process, and :func:`ensure_compiled` says so once. What cannot
+run at all is one :class:`~sharnn.errors.ConfigError` line: numba's JIT switched off
+(``NUMBA_DISABLE_JIT``), a threading layer that is not installed (``NUMBA_THREADING_LAYER``).
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+from numba.core.caching import NullCache
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
+
+from .errors import ConfigError
 
 KERNELS: list = []  # every kernel, for ensure_compiled and the rules' test
 INLINED: list = []  # every helper compiled into the kernels that call it, for the rules' test
 PARALLEL_KERNELS: list = []  # the kernels compiled with parallel=True
+UNCACHED: list = []  # the kernels numba found no folder to cache in (compiled in memory)
 
 _compiled = False
 _pool_started = False
@@ -57,7 +67,14 @@ def kernel(*signatures: str, parallel: bool = False, allocates: bool = False) ->
         raise ValueError("a kernel declares the signatures it is compiled for")
 
     def wrap(function: Callable):
-        dispatcher = numba.njit(cache=True, nogil=True, fastmath=False, parallel=parallel, _nrt=allocates)(function)
+        options = dict(nogil=True, fastmath=False, parallel=parallel, _nrt=allocates)
+        try:
+            dispatcher = numba.njit(cache=True, **options)(function)
+        except RuntimeError as e:  # no folder numba may write the cache in (a read-only package, HOME too)
+            if "no locator available" not in str(e):
+                raise
+            dispatcher = numba.njit(cache=False, **options)(function)
+            UNCACHED.append(dispatcher)
         dispatcher.declared_signatures = signatures
         KERNELS.append(dispatcher)
         if parallel:
@@ -135,27 +152,76 @@ def inline(function: Callable):
 def ensure_compiled(say: Callable[[str], None] | None = None) -> float:
     """Compile every registered kernel for its declared signatures, or load it from the
     cache; once per process. On a cache miss (the first use on a machine, or a new
-    sharnn or numba), says so in one line through ``say`` (default: standard error).
+    sharnn or numba), says so in one line through ``say`` (default: standard error, or
+    nowhere when it is closed); likewise, once, when the cache cannot be used (no folder
+    to write it in, or a damaged file: those kernels are compiled in memory).
 
     Returns:
         Seconds spent (0.0 when already done in this process).
+
+    Raises:
+        ConfigError: numba's JIT is switched off (``NUMBA_DISABLE_JIT``), or its
+            threading layer cannot be loaded (:func:`start_pool`).
     """
     global _compiled
     if _compiled:
         return 0.0
+    if numba.config.DISABLE_JIT:
+        raise ConfigError("NUMBA_DISABLE_JIT is set: sharnn runs its kernels compiled only; unset it")
     start_pool()
-    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    start, told = time.perf_counter(), False
+    say = say or _to_standard_error
+    start, told = time.perf_counter(), set()
+    if UNCACHED:
+        say(
+            "sharnn: no folder to cache its kernels in (the package's and ~/.cache are read-only; "
+            "NUMBA_CACHE_DIR names one): compiling them in memory, for this process only"
+        )
     for dispatcher in KERNELS:
-        misses = sum(dispatcher.stats.cache_misses.values())
-        for signature in dispatcher.declared_signatures:
-            dispatcher.compile(signature)
-        if not told and sum(dispatcher.stats.cache_misses.values()) > misses:
-            folder = cache_folder(dispatcher)
-            say(f"sharnn: compiling its kernels for this CPU, once (under a minute; cached in {folder})")
-            told = True
+        for kind, notice in compile_kernel(dispatcher).items():
+            if kind not in told:
+                say(notice)
+                told.add(kind)
     _compiled = True
     return time.perf_counter() - start
+
+
+def compile_kernel(dispatcher) -> dict[str, str]:
+    """Compile ``dispatcher`` (a :func:`kernel`) for its declared signatures, or load it from
+    numba's cache. A cache file that cannot be read back (truncated, emptied, garbled,
+    unreadable) is never an error: the kernel is then compiled in memory, its cache left
+    as it is.
+
+    Returns:
+        The notices for the user, by kind: ``"compiling"`` (a cache miss: compiled and
+        cached), ``"damaged"`` (the cache could not be read).
+    """
+    notices = {}
+    misses = sum(dispatcher.stats.cache_misses.values())
+    for signature in dispatcher.declared_signatures:
+        try:
+            dispatcher.compile(signature)
+        except Exception as e:  # numba reads its cache with pickle: any error can come out of a damaged file
+            if isinstance(dispatcher._cache, NullCache):  # not the cache's doing: a compile error
+                raise
+            folder = cache_folder(dispatcher)
+            dispatcher._cache = NullCache()  # in memory from now on; a compile error raises again below
+            dispatcher.compile(signature)
+            notices["damaged"] = (
+                f"sharnn: its kernel cache in {folder} cannot be read ({type(e).__name__}): compiling in memory "
+                "for this process; remove that folder to rebuild the cache"
+            )
+    cached = not isinstance(dispatcher._cache, NullCache)  # else its notice is given already
+    if cached and sum(dispatcher.stats.cache_misses.values()) > misses:
+        folder = cache_folder(dispatcher)
+        notices["compiling"] = f"sharnn: compiling its kernels for this CPU, once (under a minute; cached in {folder})"
+    return notices
+
+
+def _to_standard_error(line: str) -> None:
+    """Print ``line`` on standard error; nothing when it is closed (never on standard output,
+    where ``print(file=None)`` would put it)."""
+    if sys.stderr is not None:
+        print(line, file=sys.stderr, flush=True)
 
 
 def cache_folder(dispatcher) -> str:
@@ -184,13 +250,24 @@ def start_pool() -> None:
     fastest here: its work queue took 3.4x as long to code a file) shares OpenMP with torch,
     and starting it resets the count torch reads (``torch.set_num_threads(1)``, then a
     parallel kernel's first call: torch reports 2), which a float file records and decodes
-    with. Started here, once, with torch's count put back, the two keep their own counts."""
+    with. Started here, once, with torch's count put back, the two keep their own counts.
+
+    Raises:
+        ConfigError: numba's threading layer cannot be loaded (``NUMBA_THREADING_LAYER=tbb``
+            without TBB installed, say).
+    """
     global _pool_started
     if _pool_started:
         return
     import torch  # here, not at the top: the command line's --help imports no torch
 
     previous = torch.get_num_threads()
-    numba.get_num_threads()  # starts the pool
+    try:
+        numba.get_num_threads()  # starts the pool
+    except ValueError:  # numba's "No threading layer could be loaded", with an install hint
+        raise ConfigError(
+            f"numba cannot load its threading layer {numba.config.THREADING_LAYER!r} (NUMBA_THREADING_LAYER): "
+            "unset it, or install that layer"
+        ) from None
     torch.set_num_threads(previous)
     _pool_started = True

@@ -1,6 +1,7 @@
 """How the ``sharnn`` command meets the process (:mod:`sharnn.cli` has the commands): the
 errors a user can cause become one ``error:`` line and an exit status (1, 2 for usage),
-Ctrl-C ``interrupted`` and 130, SIGTERM ``terminated`` and 143; torch is loaded by
+Ctrl-C ``interrupted`` and 130, SIGTERM ``terminated`` and 143; running out of memory and
+any error not foreseen are one line too (``SHARNN_TRACEBACK=1`` shows the traceback); torch is loaded by
 :class:`Command` before a command runs, so that ``--help``, ``--version`` and usage
 errors answer without it. It also defines the options and arguments several commands share.
 """
@@ -64,6 +65,25 @@ class Group(click.Group):
             _interrupted()
         except Terminated:
             _stopped_by_signal("terminated", 143)
+        except MemoryError:
+            click.echo("error: out of memory (a limit on this process, ulimit -v, or the machine's)", err=True)
+            sys.exit(1)
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:  # a bug of ours, or a library's error we did not foresee: one line still
+            if os.environ.get("SHARNN_TRACEBACK"):
+                raise
+            click.echo(internal_error_line(e), err=True)
+            sys.exit(1)
+
+
+def internal_error_line(e: Exception) -> str:
+    """The line an unforeseen error is printed as (``SHARNN_TRACEBACK=1``: its traceback instead)."""
+    what = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return (
+        f"error: {type(e).__name__}{': ' + what if what else ''} (unforeseen: SHARNN_TRACEBACK=1 shows where; "
+        "please report it)"
+    )
 
 
 def error_line(e: Exception) -> str:
@@ -144,11 +164,14 @@ def _exit_at_once(signum, frame):
 
 def _echo_once(message: str) -> None:
     """Print ``message`` on standard error; under torchrun, from the first process of each
-    machine only (every process meets the same error)."""
-    from .training.distributed import first_on_its_machine
+    machine only (every process meets the same error). Outside torchrun nothing is
+    imported for it: an error found before torch loads is printed without it."""
+    if "LOCAL_RANK" in os.environ:  # torchrun's
+        from .training.distributed import first_on_its_machine
 
-    if first_on_its_machine():
-        click.echo(message, err=True)
+        if not first_on_its_machine():
+            return
+    click.echo(message, err=True)
 
 
 def _usage_error(e: click.UsageError):
@@ -259,6 +282,7 @@ def file_options(command=None, *, compressing: bool = False):
     """The options of compress and decompress that say what becomes of each FILE."""
     options = [
         click.option("--quiet", "-q", is_flag=True, help="No progress bar or progress lines."),
+        click.option("--verbose", "-v", is_flag=True, help="Each file's summary and what its compressed file records."),
         click.option("--list", "-l", "list_", is_flag=True, help="Print what each FILE.shz says about itself."),
         click.option("--test", "-t", is_flag=True, help="Decode and check each FILE.shz; write nothing."),
         click.option("--rm", is_flag=True, help="Remove each FILE once its output is written."),
@@ -267,7 +291,8 @@ def file_options(command=None, *, compressing: bool = False):
             "--force",
             "-f",
             is_flag=True,
-            help="Replace existing output files (a symbolic link: the link, never its target).",
+            help="Replace existing output files (a symbolic link: the link, never its target); follow an input "
+            "that is a symbolic link.",
         ),
         click.option("--stdout", "-c", "to_stdout", is_flag=True, help="Write to standard output (keeps FILE)."),
         click.option("--output", "-o", default=None, help="Write to this file (one FILE only; -: standard output)."),
@@ -284,9 +309,13 @@ def file_options(command=None, *, compressing: bool = False):
 def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int | None) -> None:
     """Run ``sharnn compress`` (``coding``: its options only compressing takes, as
     :func:`sharnn.compress_file` names them) or ``sharnn decompress`` (``coding`` None) on
-    each FILE of ``arguments``, with the file options ``how`` (:func:`file_options`): each
-    file all or nothing; with several, a failure is one line and the next file goes on,
-    and the exit status is 1."""
+    each FILE of ``arguments``, with the file options ``how`` (:func:`file_options`).
+
+    Every FILE and its output are checked first, before torch loads or a kernel compiles
+    (a missing file, a folder, a symbolic link without ``-f``, an output that exists or
+    cannot be written is refused at once); then each is coded, all or nothing. With
+    several, a failure is one line and the next file goes on, and the exit status is 1.
+    ``-v`` adds what each compressed file records, on standard error."""
     files = [a for a in arguments if not (_SETTING.match(a) and not os.path.lexists(a))]
     settings = [a for a in arguments if a not in files]
     mode = _mode(how, coding is not None)
@@ -296,27 +325,46 @@ def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int
         raise click.UsageError(f"key=value settings ({settings[0]}) are for `sharnn compress --online` only")
     if not files:
         raise click.UsageError("give a FILE (-: standard input)")
+    if how["quiet"] and how["verbose"]:
+        raise click.UsageError("give -q or -v, not both")
     _check_outputs(how, mode, files)
-    old = len(files) == 2 and _old_form(how, files[1])
-    sources = files[:1] if old else files
     work = {"model": model, "threads": threads, "force": how["force"], "quiet": how["quiet"]}
     if mode == "compress":
         work |= coding | {"settings": settings, "threads": threads or 1, "device": coding["device"] or "cpu"}
-    if mode != "list":
-        _load_coding()
-    failed = 0
-    for number, source in enumerate(sources):
-        if mode == "list" and number:
-            click.echo()  # a blank line between two files' blocks
+    old = len(files) == 2 and _old_form(how, files[1])
+    jobs, failed = [], 0
+    for source in files[:1] if old else files:
         try:
-            dest = files[1] if old else _destination(source, how, mode, files)
-            _code_one(source, dest, mode, work, remove=how["rm"])
+            if old:
+                _old_destination(source, files[1], how)
+            jobs.append((source, files[1] if old else _destination(source, how, mode, files)))
         except (SharnnError, OSError) as e:
-            if len(sources) == 1 or isinstance(e, Interrupted):
+            if len(files) == 1:
                 raise
             click.echo(error_line(e), err=True)
             failed += 1
-    _notes(old, mode, coding)
+    if jobs:
+        _load_coding()
+    for number, (source, dest) in enumerate(jobs):
+        if mode == "list" and number:
+            click.echo()  # a blank line between two files' blocks
+        try:
+            _code_one(source, dest, mode, work, remove=how["rm"], verbose=how["verbose"])
+        except (SharnnError, OSError) as e:
+            if len(files) == 1 or isinstance(e, Interrupted):
+                raise
+            click.echo(error_line(e), err=True)
+            failed += 1
+    if coding is not None and mode == "compress":
+        from .commands.compress import precision_note
+
+        if note := precision_note(coding["precision"], coding["online"], coding["adapt"]):
+            click.echo(note, err=True)
+    if old:
+        click.echo(
+            f"note: `sharnn {mode} SRC DEST` is deprecated and goes in 0.6: write `sharnn {mode} SRC -o DEST`",
+            err=True,
+        )
     if failed:
         sys.exit(1)
 
@@ -328,7 +376,9 @@ def _load_coding() -> None:
     torch: they live as long as the process, and the collector's passes over its oldest
     generation, each reading them all again, cost about 0.3 s of each `sharnn compress`
     (measured: 3 to 4 passes of 0.03 to 0.11 s as the imports grew the heap to 200,000
-    objects, and one more while coding). Once per process."""
+    objects, and one more while coding). Once per process; torch first (:func:`_import_torch`),
+    which the coding commands load only once their files are checked."""
+    _import_torch()
     with _collector_off_then_frozen():
         from .commands import compress, decompress  # noqa: F401
         from .compiled import ensure_compiled
@@ -373,25 +423,40 @@ def _old_form(how: dict, second: str) -> bool:
     return not xz and (second == "-" or not os.path.lexists(second))
 
 
+def _old_destination(source: str, dest: str, how: dict) -> None:
+    """The checks of :func:`_destination` for the old form's ``SRC DEST``."""
+    from .commands.names import check_source
+    from .files import check_destination
+
+    check_source(source, follow_links=how["force"])
+    check_destination(source, dest, how["force"], ConfigError)
+
+
 def _destination(source: str, how: dict, mode: str, files: list[str]) -> str | None:
     """Where ``source``'s output goes: -o, -c, nowhere (-t, -l) or its name by default,
-    never one of the inputs."""
-    from .commands.compress import compressed_name
-    from .commands.decompress import decompressed_name
+    never one of the inputs; ``source`` and the output checked as far as they can be
+    without reading them (:func:`~sharnn.commands.names.check_source`,
+    :func:`~sharnn.files.check_destination`)."""
+    from .commands.names import check_source, compressed_name, decompressed_name
+    from .files import check_destination
 
+    check_source(source, follow_links=how["force"])
     if mode in ("test", "list"):
         return None
     if how["output"] is not None or how["to_stdout"]:
-        return "-" if how["to_stdout"] else how["output"]
-    dest = compressed_name(source) if mode == "compress" else decompressed_name(source)
-    if os.path.exists(dest) and any(os.path.exists(f) and os.path.samefile(dest, f) for f in files):
-        raise ConfigError(f"{dest} is an input too: {source} skipped")
+        dest = "-" if how["to_stdout"] else how["output"]
+    else:
+        dest = compressed_name(source) if mode == "compress" else decompressed_name(source)
+        if os.path.exists(dest) and any(os.path.exists(f) and os.path.samefile(dest, f) for f in files):
+            raise ConfigError(f"{dest} is an input too: {source} skipped")
+    check_destination(source, dest, how["force"], ConfigError)
     return dest
 
 
-def _code_one(source: str, dest: str | None, mode: str, work: dict, *, remove: bool) -> None:
+def _code_one(source: str, dest: str | None, mode: str, work: dict, *, remove: bool, verbose: bool) -> None:
     """One FILE: code it, print its line (on standard error when the output is standard
-    output), and remove it with --rm once its output is written."""
+    output; with -v, what the compressed file records too, on standard error), and remove
+    it with --rm once its output is written."""
     import sharnn
 
     if mode == "list":
@@ -403,21 +468,20 @@ def _code_one(source: str, dest: str | None, mode: str, work: dict, *, remove: b
         done = sharnn.compress_file(source, dest, model, **options)
     else:
         done = sharnn.decompress_file(source, dest, model, **options)
-    click.echo(done.format(source), err=dest == "-")
+    click.echo(done.format(source), err=dest == "-")  # on standard error when the output is standard output
+    if verbose:
+        click.echo(_details(done), err=True)
     if remove and source != "-":
         os.unlink(source)
 
 
-def _notes(old: bool, mode: str, coding: dict | None) -> None:
-    """What the user should know once the work is done, on standard error."""
-    from .commands.compress import precision_note
+def _details(done) -> str:
+    """What ``-v`` adds below a file's summary: the model, the arithmetic and the machine
+    its compressed file records (rows of ``sharnn decompress -l``)."""
+    from .commands.decompress import shipped_name
+    from .commands.listing import Listing
 
-    if coding is not None and mode == "compress":
-        note = precision_note(coding["precision"], coding["online"], coding["adapt"])
-        if note:
-            click.echo(note, err=True)
-    if old:
-        click.echo(
-            f"note: `sharnn {mode} SRC DEST` is deprecated and goes in 0.6: write `sharnn {mode} SRC -o DEST`",
-            err=True,
-        )
+    header = done.header
+    shipped = shipped_name(header.model_sha256) if header.mode == "model" else None
+    rows = Listing("", 0, header, done.written if done.compressed else done.read, shipped).rows()
+    return "\n".join(f"  {key + ':':<16}{rows[key]}" for key in ("model", "arithmetic", "coded on"))

@@ -1,7 +1,8 @@
 """Errors that mean "the user asked for something that cannot be done".
 
-The command line prints these as one line and exits non-zero; anything else is a bug
-and keeps its traceback.
+The command line prints these as one line and exits non-zero; anything else is a bug,
+printed as one line that says so (``SHARNN_TRACEBACK=1``: with its traceback;
+:func:`sharnn.console.internal_error_line`).
 """
 
 

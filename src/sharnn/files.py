@@ -10,16 +10,18 @@ process made is ever deleted:
   held by the one process that writes a run folder or an output; the kernel drops it
   when the process ends, however it ends (``kill -9`` too), so a dead writer never
   blocks the next one.
-- :func:`output_destination`, :func:`read_input` and :func:`write_output`: a command's
-  one input file and one output file (``-``: standard input or output), checked before
-  any work: an output that would overwrite the input, a folder or a device, an input
-  larger than the command takes, a closed standard stream.
+- :func:`output_destination` (:func:`check_destination`), :func:`read_input` and
+  :func:`write_output`: a command's one input file and one output file (``-``: standard
+  input or output), checked before any work: an output that would overwrite the input,
+  a folder or a device, a folder that takes no new file, an input larger than the
+  command takes, a closed standard stream.
 - :func:`sigterm_raises`: SIGTERM raises :class:`Terminated`, as Ctrl-C raises
   ``KeyboardInterrupt``, so that the clean-ups of a command run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import os
@@ -64,7 +66,7 @@ def write_atomically(path: str | Path, data: bytes | str, like: os.stat_result |
         OSError: the file system refused (a full disk, a quota, permissions).
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
     try:
         with open(fd, "wb") as f:
             os.fchmod(f.fileno(), 0o666 & ~_UMASK if like is None else stat.S_IMODE(like.st_mode) & 0o777)
@@ -79,6 +81,22 @@ def write_atomically(path: str | Path, data: bytes | str, like: os.stat_result |
         raise
 
 
+_RANDOM_PART = len(".") + 8 + len(".tmp")  # what tempfile adds to a prefix: 8 random characters, the suffix
+
+
+def temporary_prefix(path: Path) -> str:
+    """The prefix of the temporary name beside ``path`` (``.NAME.``, then ``tempfile``'s
+    random part and ``.tmp``): ``NAME``'s bytes cut short so that the whole name fits the
+    file system's longest (``NAME_MAX``, 255 bytes on most), and a file whose own name is
+    as long as it may be can still be written."""
+    try:
+        longest = os.pathconf(path.parent if str(path.parent) else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):  # the folder does not exist (the write will say), or no such limit
+        longest = 255
+    room = max(1, longest - _RANDOM_PART - len(".."))
+    return f".{os.fsdecode(os.fsencode(path.name)[:room])}."
+
+
 @contextmanager
 def staging_folder(destination: Path) -> Iterator[Path]:
     """A new empty folder (the usual mode) in which to build ``destination``: named like
@@ -91,10 +109,41 @@ def staging_folder(destination: Path) -> Iterator[Path]:
     Raises:
         OSError: the file system refused.
     """
-    with tempfile.TemporaryDirectory(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp") as private:
+    with tempfile.TemporaryDirectory(
+        dir=destination.parent, prefix=temporary_prefix(destination), suffix=".tmp"
+    ) as private:
         staging = Path(private) / destination.name
         staging.mkdir()
         yield staging
+
+
+@contextmanager
+def parent_folders(path: Path) -> Iterator[None]:
+    """Make the folders above ``path`` that are missing, for the block; if it fails (an
+    error, Ctrl-C, SIGTERM under :func:`sigterm_raises`), those this call made are removed
+    again, deepest first, each only if it is still empty: a failed command leaves no
+    folder behind that it made, and never removes one it did not.
+
+    Raises:
+        OSError: the file system refused.
+    """
+    missing, folder = [], path.absolute().parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    made = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+        yield
+    except BaseException:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: something else put a file there
+                break
+        raise
 
 
 def publish(staging: Path, destination: Path) -> None:
@@ -131,7 +180,23 @@ def check_new(path: Path, force: bool, error: type[SharnnError], exists: str) ->
 @contextmanager
 def output_destination(source: str | Path, dest: str | Path, force: bool, error: type[SharnnError]) -> Iterator[None]:
     """Hold the output file ``dest`` for the block alone (:func:`output_lock`), having
-    refused, before any work (``error(message)``, one line), a destination that:
+    checked it with :func:`check_destination` under the lock, before any work.
+
+    Raises:
+        error: as :func:`check_destination`.
+        LockError: another process is writing ``dest``.
+    """
+    if str(dest) == "-":
+        check_destination(source, dest, force, error)
+        yield
+        return
+    with output_lock(Path(dest)):
+        check_destination(source, dest, force, error)
+        yield
+
+
+def check_destination(source: str | Path, dest: str | Path, force: bool, error: type[SharnnError]) -> None:
+    """Refuse (``error(message)``, one line) an output file ``dest`` that:
 
     - is ``-`` (standard output) while standard output is closed;
     - is the input ``source`` (``-``: standard input, never refused here);
@@ -140,29 +205,34 @@ def output_destination(source: str | Path, dest: str | Path, force: bool, error:
     - exists, or is a symbolic link (dangling or looping too), without ``force``: with it
       a file is replaced, and a link by the file, its target left as it is
       (:func:`check_new`);
-    - is a folder, or whose folder does not exist.
+    - is a folder, or whose folder does not exist, or takes no new file (read-only,
+      full, not this user's: a temporary file is made there and removed), so that no
+      work is done for an output that cannot be written.
 
     Raises:
         error: as above.
-        LockError: another process is writing ``dest``.
     """
     source, dest = Path(source), Path(dest)
     if str(dest) == "-":
         if sys.stdout is None:
             raise error("standard output is closed: give a file to write to instead of -")
-        yield
         return
-    with output_lock(dest):
-        if str(source) != "-" and dest.exists() and dest.resolve() == source.resolve():
-            raise error(f"{dest} is the input file")
-        _check_not_special(dest, error)
-        if dest.is_dir() and not dest.is_symlink():  # never replaced: --force would not help
-            raise error(f"{dest} is a folder")
-        if not force or dest.is_symlink():
-            check_new(dest, force, error, f"{dest} exists; give --force to replace it")
-        if not dest.absolute().parent.is_dir():
-            raise error(f"no folder {dest.absolute().parent}")
-        yield
+    if str(source) != "-" and dest.exists() and dest.resolve() == source.resolve():
+        raise error(f"{dest} is the input file")
+    _check_not_special(dest, error)
+    if dest.is_dir() and not dest.is_symlink():  # never replaced: --force would not help
+        raise error(f"{dest} is a folder")
+    if not force or dest.is_symlink():
+        check_new(dest, force, error, f"{dest} exists; give --force to replace it")
+    folder = dest.absolute().parent
+    if not folder.is_dir():
+        raise error(f"no folder {folder}")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=temporary_prefix(dest), suffix=".tmp")
+    except OSError as e:
+        raise error(f"cannot write {dest}: {e.strerror or e} ({folder})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 _SPECIAL = (
@@ -275,10 +345,28 @@ class Lock:
         except Timeout:
             raise LockError(f"{self.what} is in use by {self._holder()}; wait for it or stop it") from None
         try:
-            self.file.write_text(f"{os.getpid()} {command_line()}\n")
+            self.file.write_bytes(os.fsencode(f"{os.getpid()} {command_line()}\n"))  # a name's bytes as given
         except BaseException:
             self.release()
             raise
+
+    def holder_elsewhere(self) -> str | None:
+        """Who holds the lock, when another process does (``process PID (COMMAND)``); None
+        when none does, or when this object holds it. It takes nothing: a shared lock is
+        asked for and dropped at once, so that a holder's exclusive one refuses it."""
+        if self._lock.is_locked or not self.file.is_file():
+            return None
+        try:
+            fd = os.open(self.file, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return self._holder()
+        finally:
+            os.close(fd)  # drops the shared lock, if it was had
+        return None
 
     def release(self) -> None:
         """Drop the lock if this object holds it."""
@@ -293,7 +381,7 @@ class Lock:
 
     def _holder(self) -> str:
         try:
-            pid, command = self.file.read_text().rstrip("\n").split(" ", 1)
+            pid, command = os.fsdecode(self.file.read_bytes()).rstrip("\n").split(" ", 1)
         except (OSError, ValueError):  # the holder has not written it yet
             return "another process"
         return f"process {pid} ({command})"

@@ -56,7 +56,7 @@ from ..progress import ProgressDisplay
 from ..runtime import out_of_memory_as
 from .arithmetic import DEFAULT_MIXING, MIXINGS, START_BYTE, Arithmetic, device_of, walk
 from .coders import Coder, Decoder, Encoder
-from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, check_bytes, pack, parse
+from .container import CODING_PRECISIONS, FORMAT_VERSION, Compressed, Header, as_bytes, pack, parse
 from .environment import (
     BF16_FEATURES,
     BF16_PRODUCTS,
@@ -173,7 +173,7 @@ def compress(
     """Compress ``data``.
 
     Args:
-        data: any bytes (empty included).
+        data: any bytes (empty included): ``bytes``, ``bytearray`` or a ``memoryview``.
         model: the predicting model (its device is used; it is put in eval mode). In online
             mode, :func:`online_model` of ``online``, which this trains.
         streams: ``B``, the contiguous pieces coded side by side (None: :func:`default_streams`).
@@ -205,7 +205,7 @@ def compress(
             in online mode, bf16 off the CPU or on a CPU without bf16 instructions;
             ``adapt`` with another precision than integer; an unknown ``mixing``.
     """
-    check_bytes("data", data)
+    data = as_bytes("data", data)
     if streams is None:
         streams = default_streams(len(data), online is not None)
     check_threads(threads)

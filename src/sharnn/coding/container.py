@@ -205,11 +205,18 @@ def read_header(blob: bytes, name: str = "input") -> tuple[Header, bytes]:
     return parse(blob, name)[1:]
 
 
-def check_bytes(name: str, value) -> None:
-    """Refuse ``value`` unless bytes (``bytes``, ``bytearray`` or ``memoryview``): a
+def as_bytes(name: str, value) -> bytes:
+    """``value`` as ``bytes``, from ``bytes``, ``bytearray`` or a ``memoryview`` (its
+    bytes, whatever its format or strides: a copy); anything else refused with a
     :class:`ConfigError` naming the argument ``name``."""
-    if not isinstance(value, (bytes, bytearray, memoryview)):
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, (bytearray, memoryview)):
         raise ConfigError(f"{name} must be bytes, got {type(value).__name__}")
+    try:
+        return bytes(value) if isinstance(value, bytearray) else value.tobytes()
+    except ValueError as e:  # a released memoryview
+        raise ConfigError(f"{name} cannot be read: {e}") from None
 
 
 class Compressed(NamedTuple):
@@ -223,7 +230,7 @@ class Compressed(NamedTuple):
 
 def parse(blob: bytes, name: str) -> Compressed:
     """:func:`read_header`, with the file's format version first."""
-    check_bytes("blob", blob)
+    blob = as_bytes("blob", blob)
     if blob and len(blob) < _PREFIX.size and MAGIC.startswith(blob[: len(MAGIC)]):
         raise DataError(f"{name} is truncated (its header is incomplete)")
     if len(blob) < _PREFIX.size or blob[: len(MAGIC)] != MAGIC:

@@ -17,5 +17,6 @@ options, calls one of them and prints.
 - :mod:`.export`: ``sharnn export``'s line (:mod:`sharnn.export` does the work);
 - :mod:`.loading`: what several commands share: ``load`` (``sharnn.load``), ``Loaded``,
   the run's corpus and the evaluation window;
-- :mod:`.arguments`: the checks of the Python API's arguments.
+- :mod:`.arguments`: the checks of the Python API's arguments;
+- :mod:`.names`: the names of the coding commands' outputs and the inputs they skip (no torch).
 """

@@ -1,6 +1,6 @@
 """``sharnn compress``: :func:`compress_file` codes one file with a model (or online), and
-:class:`Coding` is what it did, with the line the command prints; :func:`compressed_name`
-is the output's name by default (``FILE.shz``).
+:class:`Coding` is what it did, with the line the command prints (the output's name by
+default, ``FILE.shz``, is :func:`sharnn.commands.names.compressed_name`).
 """
 
 from __future__ import annotations
@@ -18,16 +18,14 @@ from ..coding.container import MAX_LENGTH, Header, read_header
 from ..coding.online import online_config, online_model
 from ..config import TrainConfig
 from ..errors import ConfigError
-from ..files import output_destination, read_input, write_output
-from ..loading import load_model
+from ..files import Lock, output_destination, read_input, write_output
+from ..loading import load_model, resolve
 from ..models.build import LanguageModel
-from ..models.shipped import DEFAULT_MODEL
+from ..models.shipped import DEFAULT_MODEL, shipped_folder
 from ..progress import ProgressDisplay
 from ..runtime import resolve_device
+from ..training.run_folder import LOCK_FILE
 from .arguments import check_coding, check_count
-
-SUFFIX = ".shz"
-"""What ``sharnn compress`` adds to a file's name, and ``sharnn decompress`` takes off."""
 
 
 def _streams(count: int) -> str:
@@ -137,7 +135,7 @@ def compress_file(
         like = input_stat(source)
         predictor, config = _predictor(model, online, settings, device)
         started = time.perf_counter()
-        with CodingProgress("compress", enabled=not quiet) as progress:
+        with CodingProgress(f"compress {shown_name(source)}", enabled=not quiet) as progress:
             blob = encode(data, predictor, online=config, progress=progress, **options)
             progress.finish(**({"bpc": f"{8 * len(blob) / len(data):.4f}"} if data else {}))
         write_output(dest, blob, like)
@@ -169,7 +167,37 @@ def _predictor(
     if online:
         config = online_config(settings)
         return online_model(config).to(target), config
+    if model is not None:
+        check_model_stays(model)
     return load_model(DEFAULT_MODEL if model is None else model, device=target)[0], None
+
+
+def check_model_stays(model: str | Path) -> None:
+    """Refuse to code with a checkpoint of a run that is training (its ``.lock`` held):
+    the run replaces its ``best`` and ``latest`` as it goes and deletes the checkpoints
+    it no longer keeps, so the file could not be decoded once the one it was coded with is
+    gone. A shipped model, an exported folder and a run that is not training pass.
+
+    Raises:
+        ConfigError: the run is training (naming the process).
+        CheckpointError: no checkpoint at ``model`` (:func:`sharnn.loading.resolve`).
+    """
+    if shipped_folder(str(model)) is not None:
+        return
+    checkpoint = resolve(model)
+    run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+    holder = None if run is None else Lock(run / LOCK_FILE, str(run)).holder_elsewhere()
+    if holder is not None:
+        raise ConfigError(
+            f"--model {model}: the run {run} is training ({holder}) and replaces or deletes this checkpoint as it "
+            f"goes, which would leave the file undecodable; wait for the run to end, or give a copy "
+            f"(sharnn export {model} --out DIR)"
+        )
+
+
+def shown_name(source: str | Path) -> str:
+    """How a file is named in progress and messages: its name, ``standard input`` for ``-``."""
+    return "standard input" if str(source) == "-" else str(source)
 
 
 def input_stat(source: str | Path) -> os.stat_result | None:
@@ -195,22 +223,3 @@ def precision_note(precision: str | None, online: bool, adapt: bool | None) -> s
         "step's integer logits (--precision integer, the default); without it files come out larger (31% on "
         "10 KB of English with the shipped model)"
     )
-
-
-def compressed_name(source: str) -> str:
-    """The name ``sharnn compress FILE`` writes to: ``FILE.shz`` (``-``: standard output).
-
-    Raises:
-        ConfigError: ``source`` ends in ``.shz`` already, or is a folder or not a regular
-            file (a device, a FIFO): skipped, as xz skips them (``-o`` or ``-c`` takes any).
-    """
-    if source == "-":
-        return "-"
-    if source.endswith(SUFFIX):
-        raise ConfigError(f"{source} already ends in {SUFFIX}: skipped (give -o FILE to compress it anyway)")
-    path = Path(source)
-    if path.is_dir():
-        raise ConfigError(f"{source} is a folder: skipped")
-    if path.exists() and not path.is_file():
-        raise ConfigError(f"{source} is not a regular file: skipped (give -c or -o FILE to compress it)")
-    return source + SUFFIX

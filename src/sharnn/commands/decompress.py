@@ -1,6 +1,6 @@
 """``sharnn decompress``: :func:`decompress_file` decodes one ``.shz`` file and checks it
-(and writes it, unless it only tests it: ``-t``); :func:`decompressed_name` is the output's
-name by default (the input's without ``.shz``).
+(and writes it, unless it only tests it: ``-t``); the output's name by default (the input's
+without ``.shz``) is :func:`sharnn.commands.names.decompressed_name`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..files import output_destination, read_input, write_output
 from ..loading import load_model, load_shipped
 from ..models.shipped import SHIPPED
 from .arguments import check_coding
-from .compress import SUFFIX, Coding, CodingProgress, input_stat
+from .compress import Coding, CodingProgress, input_stat, shown_name
 
 
 def decompress_file(
@@ -72,7 +72,8 @@ def decompress_file(
                 else load_shipped(header.model_sha256, str(source), device)
             )
         started = time.perf_counter()
-        with CodingProgress("test" if dest is None else "decompress", enabled=not quiet) as progress:
+        label = f"{'test' if dest is None else 'decompress'} {shown_name(source)}"
+        with CodingProgress(label, enabled=not quiet) as progress:
             data = decode(compressed, predictor, name=str(source), progress=progress, threads=threads)
             progress.finish()
         if dest is not None:
@@ -85,19 +86,3 @@ def shipped_name(fingerprint: str) -> str | None:
     """The name of the shipped model whose SHA-256 is ``fingerprint``
     (:data:`~sharnn.models.shipped.SHIPPED`, no model loaded), or None when none is."""
     return next((name for name, sha256 in SHIPPED.items() if sha256 == fingerprint), None)
-
-
-def decompressed_name(source: str) -> str:
-    """The name ``sharnn decompress FILE`` writes to: ``FILE`` without its ``.shz``
-    (``-``: standard output).
-
-    Raises:
-        ConfigError: a name that does not end in ``.shz`` (skipped, as xz skips a name
-            without its suffix: ``-o`` or ``-c`` takes any).
-    """
-    if source == "-":
-        return "-"
-    stem = source[: -len(SUFFIX)]
-    if not source.endswith(SUFFIX) or not stem or stem.endswith("/"):
-        raise ConfigError(f"{source} does not end in {SUFFIX}: skipped (give -o FILE or -c to name its output)")
-    return stem

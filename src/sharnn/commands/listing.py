@@ -27,8 +27,12 @@ class Listing:
 
     def format(self) -> str:
         """The lines ``sharnn decompress -l`` and ``sharnn info`` print."""
+        return "\n".join([f"{self.name}:"] + [f"  {key + ':':<16}{value}" for key, value in self.rows().items()])
+
+    def rows(self) -> dict[str, str]:
+        """What :meth:`format` shows, by row name ("model", "arithmetic", "coded on", ...)."""
         header = self.header
-        rows = {
+        return {
             "format version": str(self.version),
             "model": self._model(),
             "streams": f"{header.streams}",
@@ -42,7 +46,6 @@ class Listing:
             else f"stored raw (coding gave {header.coded_bytes:,} bytes; decodes without the model)",
             "coded on": self._environment(),
         }
-        return "\n".join([f"{self.name}:"] + [f"  {key + ':':<16}{value}" for key, value in rows.items()])
 
     def _model(self) -> str:
         header = self.header

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..files import check_new, output_lock, publish, staging_folder
+from ..files import check_new, output_lock, parent_folders, publish, staging_folder
 from .corpus import SPLITS, bundled_wikitext2, load_corpus, read_bytes, split_by_position
 from .tokenizer import ByteTokenizer, Tokenizer, check_round_trip, check_spec, make_tokenizer, save_tokenizer
 
@@ -73,8 +73,7 @@ def prepare_enwik8(
 
 
 def _prepare_enwik8(source: str, out: Path, expected_size: int, expected_md5: str) -> Path:
-    """:func:`prepare_enwik8`, with ``out`` locked and checked."""
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """:func:`prepare_enwik8`, with ``out`` locked and checked, its folder made."""
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
         tmp = Path(tmp)
         local = _fetch(source, tmp) if source.startswith(("http://", "https://")) else Path(source)
@@ -292,11 +291,13 @@ def _check_wikitext2(split: str, text: bytes, source) -> int:
 @contextmanager
 def _new_folder(out: str | Path, force: bool) -> Iterator[Path]:
     """``out`` as a Path, written by this process alone inside the block, after refusing
-    one that exists or (without ``force``) is a symbolic link."""
+    one that exists or (without ``force``) is a symbolic link; the folders above it that
+    are missing are made, and removed again if the block fails (:func:`sharnn.files.parent_folders`)."""
     out = Path(out)
     with output_lock(out):
         check_new(out, force, DataError, f"{out} already exists; choose another --out or remove it")
-        yield out
+        with parent_folders(out):
+            yield out
 
 
 def _fetch(url: str, folder: Path) -> Path:
@@ -343,7 +344,6 @@ def _extract_enwik8(source: Path, raw: Path) -> tuple[int, str]:
 def _write_prepared(out: Path, splits, tokenizer: Tokenizer, meta: dict) -> None:
     """Create ``out`` with the three splits (token ids in the smallest unsigned dtype that
     holds the vocabulary), ``meta.json`` and the tokenizer, through a staging folder."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     with staging_folder(out) as staging:
         save_tokenizer(tokenizer, staging)
         _write_splits(out, staging, splits, tokenizer, meta)
