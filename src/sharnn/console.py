@@ -332,14 +332,15 @@ def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int
     if mode == "compress":
         work |= coding | {"settings": settings, "threads": threads or 1, "device": coding["device"] or "cpu"}
     old = len(files) == 2 and _old_form(how, files[1])
+    sources = files[:1] if old else files
     jobs, failed = [], 0
-    for source in files[:1] if old else files:
+    for source in sources:
         try:
             if old:
                 _old_destination(source, files[1], how)
             jobs.append((source, files[1] if old else _destination(source, how, mode, files)))
         except (SharnnError, OSError) as e:
-            if len(files) == 1:
+            if len(sources) == 1:
                 raise
             click.echo(error_line(e), err=True)
             failed += 1
@@ -351,7 +352,7 @@ def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int
         try:
             _code_one(source, dest, mode, work, remove=how["rm"], verbose=how["verbose"])
         except (SharnnError, OSError) as e:
-            if len(files) == 1 or isinstance(e, Interrupted):
+            if len(sources) == 1 or isinstance(e, Interrupted):
                 raise
             click.echo(error_line(e), err=True)
             failed += 1
