@@ -429,8 +429,8 @@ def _old_destination(source: str, dest: str, how: dict) -> None:
     from .commands.names import check_source
     from .files import check_destination
 
-    check_source(source, follow_links=how["force"])
     check_destination(source, dest, how["force"], ConfigError)
+    check_source(source, follow_links=how["force"])
 
 
 def _destination(source: str, how: dict, mode: str, files: list[str]) -> str | None:
@@ -441,8 +441,8 @@ def _destination(source: str, how: dict, mode: str, files: list[str]) -> str | N
     from .commands.names import check_source, compressed_name, decompressed_name
     from .files import check_destination
 
-    check_source(source, follow_links=how["force"])
     if mode in ("test", "list"):
+        check_source(source, follow_links=how["force"])
         return None
     if how["output"] is not None or how["to_stdout"]:
         dest = "-" if how["to_stdout"] else how["output"]
@@ -451,6 +451,7 @@ def _destination(source: str, how: dict, mode: str, files: list[str]) -> str | N
         if os.path.exists(dest) and any(os.path.exists(f) and os.path.samefile(dest, f) for f in files):
             raise ConfigError(f"{dest} is an input too: {source} skipped")
     check_destination(source, dest, how["force"], ConfigError)
+    check_source(source, follow_links=how["force"])
     return dest
 
 

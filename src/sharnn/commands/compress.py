@@ -24,7 +24,6 @@ from ..models.build import LanguageModel
 from ..models.shipped import DEFAULT_MODEL, shipped_folder
 from ..progress import ProgressDisplay
 from ..runtime import resolve_device
-from ..training.run_folder import LOCK_FILE
 from .arguments import check_coding, check_count
 
 
@@ -186,7 +185,8 @@ def check_model_stays(model: str | Path) -> None:
         return
     checkpoint = resolve(model)
     run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-    holder = None if run is None else Lock(run / LOCK_FILE, str(run)).holder_elsewhere()
+    lock = ".lock"  # sharnn.training.run_folder.LOCK_FILE, named here: coding imports nothing of training
+    holder = None if run is None else Lock(run / lock, str(run)).holder_elsewhere()
     if holder is not None:
         raise ConfigError(
             f"--model {model}: the run {run} is training ({holder}) and replaces or deletes this checkpoint as it "
