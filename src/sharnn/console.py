@@ -356,16 +356,7 @@ def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int
                 raise
             click.echo(error_line(e), err=True)
             failed += 1
-    if coding is not None and mode == "compress":
-        from .commands.compress import precision_note
-
-        if note := precision_note(coding["precision"], coding["online"], coding["adapt"]):
-            click.echo(note, err=True)
-    if old:
-        click.echo(
-            f"note: `sharnn {mode} SRC DEST` is deprecated and goes in 0.6: write `sharnn {mode} SRC -o DEST`",
-            err=True,
-        )
+    _notes(old, mode, coding)
     if failed:
         sys.exit(1)
 
@@ -487,3 +478,18 @@ def _details(done) -> str:
     shipped = shipped_name(header.model_sha256) if header.mode == "model" else None
     rows = Listing("", 0, header, done.written if done.compressed else done.read, shipped).rows()
     return "\n".join(f"  {key + ':':<16}{rows[key]}" for key in ("model", "arithmetic", "coded on"))
+
+
+def _notes(old: bool, mode: str, coding: dict | None) -> None:
+    """What the user should know once the work is done, on standard error."""
+    from .commands.compress import precision_note
+
+    if coding is not None and mode == "compress":
+        note = precision_note(coding["precision"], coding["online"], coding["adapt"])
+        if note:
+            click.echo(note, err=True)
+    if old:
+        click.echo(
+            f"note: `sharnn {mode} SRC DEST` is deprecated and goes in 0.6: write `sharnn {mode} SRC -o DEST`",
+            err=True,
+        )
