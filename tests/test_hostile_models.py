@@ -20,6 +20,7 @@ import fnmatch
 import json
 import os
 import pathlib
+import re
 import resource
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import SafetensorError
 
 import sharnn
 import sharnn.loading as loading
@@ -37,9 +39,12 @@ from helpers import SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_ru
 from sharnn.coding import codec
 from sharnn.coding.container import read_header
 from sharnn.coding.environment import cpu_features
-from sharnn.errors import CheckpointError
-from sharnn.models.build import model_sha256
+from sharnn.errors import CheckpointError, ConfigError
+from sharnn.models import build, exact, hub
+from sharnn.models.build import meta_model, model_sha256, parameter_count
+from sharnn.models.config import SHARNNConfig
 from sharnn.models.hub import read_config_json, read_weights, write_files
+from sharnn.models.integer_step import IntegerStep
 from sharnn.models.shipped import DEFAULT_MODEL, DEFAULTS, SHIPPED, shipped_folder, shipped_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +143,7 @@ def test_the_format_4_file_of_the_first_default_decodes_with_no_model(tmp_path):
     header = read_header(blob)[0]
     assert int.from_bytes(blob[8:10], "little") == 4 and header.portable and header.mixing is None
     assert header.model_sha256 == SHIPPED["wikipedia-2x512-v1"] == EVER_DEFAULT[0]
-    assert_ok(cli("decompress", DATA / "v4-shipped-v1.shz", tmp_path / "back.txt", "--quiet"))
+    assert_ok(cli("decompress", DATA / "v4-shipped-v1.shz", "-o", tmp_path / "back.txt", "--quiet"))
     assert (tmp_path / "back.txt").read_bytes() == (DATA / "v4-shipped-v1.txt").read_bytes()
 
 
@@ -185,9 +190,9 @@ def test_a_folder_of_the_default_s_name_in_the_working_folder_does_not_hide_it(t
     expected, theirs = (model_sha256(loading.load_model(p.absolute())[0]) for p in (shipped, own))
     assert expected != theirs
     with single_thread():
-        assert_ok(cli("compress", text, "default.shz", "--quiet"))
-        assert_ok(cli("compress", text, "named.shz", "--model", DEFAULT_MODEL, "--quiet"))
-        assert_ok(cli("compress", text, "own.shz", "--model", f"./{DEFAULT_MODEL}", "--quiet"))
+        assert_ok(cli("compress", text, "-o", "default.shz", "--quiet"))
+        assert_ok(cli("compress", text, "-o", "named.shz", "--model", DEFAULT_MODEL, "--quiet"))
+        assert_ok(cli("compress", text, "-o", "own.shz", "--model", f"./{DEFAULT_MODEL}", "--quiet"))
     assert _fingerprint(Path("default.shz")) == _fingerprint(Path("named.shz")) == expected
     assert _fingerprint(Path("own.shz")) == theirs
     assert model_sha256(sharnn.load().model) == model_sha256(sharnn.load(Path(DEFAULT_MODEL)).model) == expected
@@ -196,9 +201,9 @@ def test_a_folder_of_the_default_s_name_in_the_working_folder_does_not_hide_it(t
 
 def test_decompress_finds_the_shipped_model_and_not_the_working_folder_s(two_defaults, text):
     with single_thread():
-        assert_ok(cli("compress", text, "default.shz", "--quiet"))
-        assert_ok(cli("decompress", "default.shz", "back.txt", "--quiet"))
-        line = assert_user_error(cli("decompress", "default.shz", "no.txt", "--model", f"./{DEFAULT_MODEL}"))
+        assert_ok(cli("compress", text, "-o", "default.shz", "--quiet"))
+        assert_ok(cli("decompress", "default.shz", "-o", "back.txt", "--quiet"))
+        line = assert_user_error(cli("decompress", "default.shz", "-o", "no.txt", "--model", f"./{DEFAULT_MODEL}"))
     assert Path("back.txt").read_bytes() == TEXT
     assert "this is not the model it was compressed with" in line and not Path("no.txt").exists()
 
@@ -223,7 +228,7 @@ def _huge(weights, fields):
 def test_a_config_json_claiming_a_huge_model_is_refused_before_it_is_built(exported, tmp_path, text, command):
     huge = _variant(exported, tmp_path / "huge", _huge)
     args = {
-        "compress": ["compress", text, tmp_path / "out.shz", "--model", huge],
+        "compress": ["compress", text, "-o", tmp_path / "out.shz", "--model", huge],
         "generate": ["generate", huge, "--max-bytes", "4"],
         "eval": ["eval", huge, "--file", text],
     }[command]
@@ -246,6 +251,62 @@ def test_weights_with_an_extra_tensor_are_refused(exported, tmp_path):
 
     folder = _variant(exported, tmp_path / "extra", extra)
     assert_user_error(cli("generate", folder, "--max-bytes", "4"), "Unexpected key(s): smuggled.weight")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"n_layers": 1_000_000}, {"n_layers": 10**30}, {"d_model": 10**30, "boom_dim": 10**30}, {"boom_dim": 10**30},
+     {"vocab_size": 10**30}, {"architecture": "transformer", "attention_span": 10**30, "n_heads": 1}],
+    ids=["a-million-layers", "n_layers", "d_model", "boom_dim", "vocab_size", "attention_span"],
+)  # fmt: skip
+def test_a_config_json_claiming_a_huge_model_is_refused_in_one_line(exported, tmp_path, change):
+    huge = _variant(exported, tmp_path / "huge", lambda weights, fields: fields | change)
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(huge))}") as error:
+        loading.load_model(huge)
+    assert "does not match its config" in str(error.value) or "is too large" in str(error.value)
+    assert len(str(error.value).splitlines()) == 1
+
+
+def test_a_config_of_more_blocks_than_the_weights_is_refused_on_the_counts(exported, run_dir, tmp_path, monkeypatch):
+    """Counted by arithmetic, nothing built: a million blocks took 90 s on the meta device, then std::bad_alloc."""
+    monkeypatch.setattr(loading, "meta_model", lambda config: pytest.fail(f"built {config.n_layers:,} blocks"))
+    more = _variant(exported, tmp_path / "more", lambda weights, fields: fields | {"n_layers": 1_000_000})
+    line = assert_user_error(cli("generate", more, "--max-bytes", "4"), f"{more} does not match its config: it makes ")
+    held = read_weights(exported)
+    assert "12,000,015 tensors of" in line  # the shared run's 2 blocks, one with attention, times 500,000
+    assert f"model.safetensors holds {len(held)} of {sum(t.numel() for t in held.values()):,}" in line
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(run_dir / "best", checkpoint)
+    config = (checkpoint / "config.yaml").read_text()
+    (checkpoint / "config.yaml").write_text(config.replace("n_layers: 2", "n_layers: 1000000"))
+    assert_user_error(cli("generate", checkpoint, "--max-bytes", "4"), f"{checkpoint} does not match its config")
+
+
+def test_training_a_million_layers_is_refused_by_arithmetic(monkeypatch):
+    monkeypatch.setattr(build, "meta_model", lambda config: pytest.fail("built on the meta device"))
+    with pytest.raises(ConfigError, match=r"training a model of .* parameters needs at least"):
+        runtime.check_model_memory(SHARNNConfig(n_layers=1_000_000), runtime.TRAINING_BYTES_PER_PARAMETER, "training")
+
+
+VARIANTS = [
+    {},
+    {"cell": "ln_lstm"},
+    {"value_gate": "vector"},
+    {"feed_forward": "mlp"},
+    {"collapsed": True},
+    {"attention": "all"},
+    {"attention": "none"},
+    {"attention": [0, 2], "cell": "ln_lstm", "feed_forward": "mlp", "value_gate": "vector"},
+    {"architecture": "transformer", "n_heads": 2},
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: ",".join(f"{k}={v[k]}" for k in v) or "paper")
+def test_the_arithmetic_counts_the_tensors_the_model_makes(variant):
+    config = SHARNNConfig(vocab_size=300, d_model=8, boom_dim=16, n_layers=3, attention_span=10, **variant)
+    weights = meta_model(config).state_dict()
+    assert config.weight_sizes() == (len(weights), sum(t.numel() for t in weights.values()))
+    assert parameter_count(config) == meta_model(config).num_parameters()
 
 
 def test_a_model_past_the_memory_limit_is_refused_before_it_is_built(exported, monkeypatch):
@@ -285,7 +346,7 @@ def test_under_a_memory_limit_a_huge_model_is_one_line_and_nothing_is_left(expor
     huge = _variant(exported, tmp_path / "huge", _huge)
     data = write_small_corpus(tmp_path / "small.txt", 20_000)
     commands = {
-        "compress": (["compress", text, tmp_path / "out.shz", "--model", huge], "does not match its config"),
+        "compress": (["compress", text, "-o", tmp_path / "out.shz", "--model", huge], "does not match its config"),
         "train": (
             ["train", "--preset", "tiny", "--out", tmp_path / "run", "model.d_model=50000", "model.boom_dim=50000",
              f"data={data}"],
@@ -324,7 +385,7 @@ def test_weights_that_are_not_finite_are_refused_in_one_line(exported, tmp_path,
     if command in ("generate", "eval"):
         args = [command, broken, *(["--max-bytes", "4"] if command == "generate" else ["--file", text])]
     else:
-        args = ["compress", text, tmp_path / "out.shz", "--model", broken, "--precision", command, "--quiet"]
+        args = ["compress", text, "-o", tmp_path / "out.shz", "--model", broken, "--precision", command, "--quiet"]
     assert_user_error(cli(*args), "the weight blocks.0.attention.head.query.weight holds NaN or infinite values")
     assert not (tmp_path / "out.shz").exists()
 
@@ -333,20 +394,11 @@ def test_weights_that_are_not_finite_are_refused_in_one_line(exported, tmp_path,
 def test_weights_too_large_for_float_arithmetic_are_one_line(exported, tmp_path, text, precision):
     huge = _variant(exported, tmp_path / "huge", _set_query(1e30))
     line = assert_user_error(
-        cli("compress", text, tmp_path / "out.shz", "--model", huge, "--precision", precision, "--quiet"),
+        cli("compress", text, "-o", tmp_path / "out.shz", "--model", huge, "--precision", precision, "--quiet"),
         "the model's predictions are not numbers (NaN or infinity)",
     )
     assert "nothing was written" in line and not (tmp_path / "out.shz").exists()
     assert_user_error(cli("generate", huge, "--max-bytes", "8"), "the model's predictions are not numbers")
-
-
-def test_the_integer_step_codes_with_weights_too_large_for_floats(exported, tmp_path, text):
-    """The right result: the integer step scales every row of weights, so 1e30 codes."""
-    huge = _variant(exported, tmp_path / "huge", _set_query(1e30))
-    with single_thread():
-        assert_ok(cli("compress", text, tmp_path / "out.shz", "--model", huge, "--quiet"))
-        assert_ok(cli("decompress", tmp_path / "out.shz", tmp_path / "back.txt", "--model", huge, "--quiet"))
-    assert (tmp_path / "back.txt").read_bytes() == TEXT
 
 
 def test_the_codec_refuses_a_model_built_in_python_with_nan_weights(exported):
@@ -355,6 +407,52 @@ def test_the_codec_refuses_a_model_built_in_python_with_nan_weights(exported):
         model.blocks[0].attention.head.query.weight[0, 0] = float("nan")
     with pytest.raises(CheckpointError, match=r"the model: the weight blocks\.0\.attention\.head\.query\.weight"):
         codec.compress(TEXT, model)
+
+
+def _scaled(factor: float):
+    def change(weights, fields):
+        for tensor in weights.values():
+            tensor *= factor
+
+    return change
+
+
+@pytest.mark.parametrize("factor", [1e37, 1e30, 1e20])
+def test_weights_out_of_the_integer_step_s_range_are_refused_at_load(exported, tmp_path, text, factor):
+    """Every weight times 1e37: finite, but decimal.Overflow in the value gate's constants;
+    past that, infinities in the kernels, then NaN turned to table indices (a crash)."""
+    huge = _variant(exported, tmp_path / "huge", _scaled(factor))
+    line = assert_user_error(
+        cli("compress", text, "-o", tmp_path / "out.shz", "--model", huge, "--quiet"),
+        f"{huge / 'model.safetensors'}: the weights are out of the range the integer step represents: ",
+        "could reach",
+    )
+    assert "unforeseen" not in line and not (tmp_path / "out.shz").exists()
+
+
+@pytest.mark.parametrize("change", ["query-1e30", "all-1e10"])
+def test_the_integer_step_codes_with_weights_too_large_for_floats(exported, tmp_path, text, change):
+    """The right result: the integer step scales every row of weights, so a query of 1e30
+    codes, and every weight times 1e10 (the shared tiny model's bounds allow about 1e12)."""
+    large = _variant(exported, tmp_path / "large", _set_query(1e30) if change == "query-1e30" else _scaled(1e10))
+    with single_thread():
+        assert_ok(cli("compress", text, "-o", tmp_path / "out.shz", "--model", large, "--quiet"))
+        assert_ok(cli("decompress", tmp_path / "out.shz", "-o", tmp_path / "back.txt", "--model", large, "--quiet"))
+    assert (tmp_path / "back.txt").read_bytes() == TEXT
+
+
+def test_the_integer_step_refuses_a_model_built_in_python_out_of_its_range(exported):
+    model = loading.load_model(exported)[0]
+    with torch.no_grad():
+        model.blocks[0].feed_forward.ln_xff.weight.mul_(1e37)
+    with pytest.raises(CheckpointError, match=r"^the model: the weights are out of the range the integer step"):
+        IntegerStep(model, streams=1)
+
+
+def test_the_exact_sigmoid_and_tanh_of_any_float_are_their_limits_far_out():
+    assert exact.scalar_sigmoid(-1e37) == 0.0 and exact.scalar_sigmoid(3e38) == 1.0
+    assert exact.scalar_tanh(-1e37) == -1.0 and exact.scalar_tanh(1e30) == 1.0
+    assert exact.scalar_sigmoid(-744.0) == 1e-323 and exact.scalar_sigmoid(36.0) == 0.9999999999999998  # unclamped
 
 
 # ----------------------------------------------------------------------------- an unreadable shipped folder
@@ -430,3 +528,69 @@ def test_model_loading_needs_nothing_of_the_training_wing_s_checkpoints():
 
     assert checkpoint.load_model is loading.load_model and checkpoint.resolve is loading.resolve
     assert json.loads(json.dumps(SHIPPED)) == SHIPPED  # plain names and hex digests
+
+
+# ----------------------------------------------------------------------------- a weights file the system will not give
+
+
+def _refused(file, *args, **kwargs):
+    raise RuntimeError(f"unable to open file <{file}> in read-only mode: Too many open files (24)")
+
+
+@pytest.mark.parametrize("where", ["check_sizes", "read_weights", "load_weights"])
+def test_a_weights_file_the_system_refuses_is_one_line_naming_it(exported, run_dir, monkeypatch, where):
+    """What safetensors raises when torch cannot map the file (as with ulimit -n 5)."""
+    module, name, folder = {
+        "check_sizes": (loading, "safe_open", exported),
+        "read_weights": (hub, "safe_open", exported),
+        "load_weights": (loading, "load_file", (run_dir / "best").resolve()),
+    }[where]
+    monkeypatch.setattr(module, name, _refused)
+    with pytest.raises(CheckpointError, match=f"^cannot read {re.escape(str(folder / 'model.safetensors'))}: Too many"):
+        loading.load_model(folder)
+    line = assert_user_error(cli("generate", folder, "--max-bytes", "4"), "model.safetensors: Too many open files")
+    assert "unforeseen" not in line
+
+
+@pytest.mark.parametrize(
+    "error",
+    [SafetensorError("Error while deserializing header: header too large"), OSError(5, "Input/output error")],
+    ids=["corrupt", "io"],
+)
+def test_what_else_safetensors_raises_reading_weights_is_one_line(exported, monkeypatch, error):
+    def raising(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(loading, "safe_open", raising)
+    expected = "is missing or corrupt (Error while deserializing" if "header" in str(error) else ": Input/output error"
+    assert_user_error(cli("generate", exported, "--max-bytes", "4"), "model.safetensors", expected)
+
+
+# After its imports, a process left one free file descriptor (what ulimit -n 5 leaves here):
+# safetensors opens the weights with it, and torch's mapping of the file finds none.
+ONE_DESCRIPTOR_LEFT = """
+import os, resource, sys
+import sharnn.api
+from sharnn.cli import main
+free = os.dup(0)
+os.close(free)
+resource.setrlimit(resource.RLIMIT_NOFILE, (free + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+main(sys.argv[1:], prog_name="sharnn")
+"""
+
+
+@pytest.mark.slow  # real processes
+def test_with_too_few_file_descriptors_loading_is_one_line(exported, run_dir):
+    """The limit is set after the imports: set before (preexec_fn, ulimit -n), the window
+    between a Python that cannot start and one that reads the weights is one descriptor
+    wide, where the interpreter's own descriptors put it (5 here)."""
+    for model, file in ((exported, exported), (run_dir, (run_dir / "best").resolve()), (DEFAULT_MODEL, None)):
+        file = (file or shipped_folder(DEFAULT_MODEL)) / "model.safetensors"
+        done = subprocess.run(
+            [sys.executable, "-c", ONE_DESCRIPTOR_LEFT, "generate", str(model), "--max-bytes", "4"],
+            capture_output=True,
+            text=True,
+            env=SUBPROCESS_ENV,
+            timeout=300,
+        )
+        assert done.returncode == 1 and done.stderr.splitlines() == [f"error: cannot read {file}: Too many open files"]

@@ -8,7 +8,8 @@ through this module alone.
   folder in the package, never one in the working folder (``./NAME`` is the path);
 - :func:`load_model`: the model, its sizes checked before anything is built (the tensors
   the weights file lists against the config's, and the memory they need), its weights
-  read, checked (SHA-256 for an exported folder, finite numbers) and loaded;
+  read, checked (SHA-256 for an exported folder, finite numbers within the integer
+  step's range) and loaded;
 - :func:`load_shipped`: the shipped model of a fingerprint (``sharnn decompress`` with no
   ``--model``), among every model the package ships (:data:`~sharnn.models.shipped.SHIPPED`);
 - :func:`read_config`, :func:`read_model_config`, :func:`read_tokenizer`, :func:`load_weights`.
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from .config import TrainConfig, load_config
@@ -29,7 +30,9 @@ from .data.tokenizer import Tokenizer, check_vocabulary, load_tokenizer
 from .errors import CheckpointError, ConfigError
 from .models.build import LanguageModel, check_finite, load_pretrained, meta_model, model_sha256
 from .models.config import SHARNNConfig
-from .models.hub import CONFIG_JSON, apply_weights, pretrained_config, read_config_json
+from .models.hub import CONFIG_JSON, apply_weights, pretrained_config, read_config_json, reading_weights
+from .models.integer_step import check_range
+from .models.sharnn import SHARNN
 from .models.shipped import shipped_candidates, shipped_folder, shipped_names
 from .runtime import check_memory, gib, memory_limit, out_of_memory_as
 
@@ -116,12 +119,11 @@ def load_weights(model: LanguageModel, folder: Path, device: str | torch.device 
     """Load ``folder/model.safetensors`` into ``model``.
 
     Raises:
-        CheckpointError: a missing or corrupt file, or weights that do not fit the model.
+        CheckpointError: a missing, corrupt or unreadable file (:func:`~sharnn.models.hub.reading_weights`),
+            or weights that do not fit the model.
     """
-    try:
+    with reading_weights(Path(folder) / MODEL_FILE):
         weights = load_file(Path(folder) / MODEL_FILE, device=str(device))
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{Path(folder) / MODEL_FILE} is missing or corrupt: {e}") from None
     apply_weights(model, weights, folder)
 
 
@@ -132,7 +134,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[La
     are checked against those of the config (names and shapes, from the file's header and
     a model on the meta device) and the memory the model needs against what this process
     may hold (:func:`sharnn.runtime.check_memory`); after loading, the weights must be
-    finite numbers.
+    finite numbers, and an SHA-RNN's within the range of the integer step that compresses
+    with it (:func:`~sharnn.models.integer_step.check_range`).
 
     Returns:
         ``(model, config)``, the model in eval mode on ``device``, on the eager path;
@@ -141,7 +144,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[La
 
     Raises:
         CheckpointError: missing, unreadable or corrupt files, weights that do not match
-            the config, that hold NaN or infinite values, or that do not fit in memory.
+            the config, that hold NaN or infinite values, that are out of the integer
+            step's range, or that do not fit in memory.
     """
     folder = Path(path)
     try:
@@ -166,40 +170,49 @@ def _checkpoint_model(config: SHARNNConfig, folder: Path) -> LanguageModel:
 def _built(config: SHARNNConfig, folder: Path, build: Callable[[], LanguageModel]) -> LanguageModel:
     """``build()``, the model of ``config`` and ``folder``'s weights, once
     :func:`check_sizes` has passed; an allocation that fails all the same is one line too,
-    as are weights that are not finite numbers."""
+    as are weights that are not finite numbers or out of the integer step's range."""
     check_sizes(config, folder)
     limit, what = memory_limit()
     with out_of_memory_as(CheckpointError, f"loading {folder} ran out of memory ({what}: {gib(limit)})"):
         model = build()
     check_finite(model.state_dict(), folder / MODEL_FILE)
+    if isinstance(model, SHARNN):  # what compressing it needs, refused before any coding
+        check_range(model, folder / MODEL_FILE)
     return model
 
 
 def check_sizes(config: SHARNNConfig, folder: Path) -> None:
     """Refuse, before anything is built or read but the file's header, weights in
-    ``folder/model.safetensors`` that are not the tensors ``config`` makes (a name missing
-    or extra, another shape), and a model whose fp32 weights and file do not fit in this
-    process's memory. A config that claims a huge model is refused by the first, whatever
-    the memory.
+    ``folder/model.safetensors`` that are not the tensors ``config`` makes, and a model whose
+    fp32 weights and file do not fit in this process's memory. The config's tensors are
+    counted first, by arithmetic (:meth:`SHARNNConfig.weight_sizes`): a config that makes
+    more tensors than the file holds (a million blocks beside two) is refused on the counts
+    alone, in no time; the others are compared name by name and shape by shape (a model on
+    the meta device, of no more tensors than the file's header lists), so that a config
+    claiming a huge model is refused whatever the memory.
 
     Raises:
-        CheckpointError: naming ``folder`` (``size mismatch``, ``Missing key(s)``, as
-            torch's strict loading says), or the memory needed and the limit.
+        CheckpointError: naming ``folder``: the counts, or as torch's strict loading says
+            (``size mismatch``, ``Missing key(s)``), or the memory needed and the limit; a
+            file that cannot be read (:func:`~sharnn.models.hub.reading_weights`).
     """
     file = folder / MODEL_FILE
+    with reading_weights(file), safe_open(file, framework="pt") as f:
+        stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
     try:
-        with safe_open(file, framework="pt") as f:
-            stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
-    except (OSError, SafetensorError) as e:
-        raise CheckpointError(f"{file} is missing or corrupt ({str(e).splitlines()[0]})") from None
-    try:
+        tensors, parameters = config.weight_sizes()
+        if tensors > len(stored):
+            held = sum(_count(shape) for shape in stored.values())
+            raise CheckpointError(
+                f"{folder} does not match its config: it makes {tensors:,} tensors of {parameters:,} numbers, "
+                f"{MODEL_FILE} holds {len(stored):,} of {held:,}"
+            )
         made = {name: tuple(t.shape) for name, t in meta_model(config).state_dict().items()}
     except ConfigError as e:
         raise CheckpointError(f"{folder}: {e}") from None
     problem = _mismatch(made, stored)
     if problem:
         raise CheckpointError(f"{folder} does not match its config: {problem}")
-    parameters = sum(_count(shape) for shape in made.values())
     try:
         check_memory(4 * parameters + file.stat().st_size, f"loading {folder} ({parameters:,} parameters)")
     except ConfigError as e:

@@ -99,10 +99,11 @@ def state_from_tensors(tensors: dict[str, Tensor], n_layers: int) -> State | Tok
 
 
 def parameter_count(config: SHARNNConfig) -> int:
-    """Parameters of the model ``config`` describes (the tied embedding once), counted on
-    the meta device: nothing is allocated. What an experiment grid matches sizes with.
-    Raises :class:`sharnn.errors.ConfigError`: an invalid config."""
-    return meta_model(config).num_parameters()
+    """Parameters of the model ``config`` describes (the tied embedding once), by arithmetic
+    (:meth:`SHARNNConfig.weight_sizes`): nothing is built. What an experiment grid matches
+    sizes with. Raises :class:`sharnn.errors.ConfigError`: an invalid config."""
+    config.validate()
+    return config.weight_sizes()[1]
 
 
 def meta_model(config: SHARNNConfig) -> LanguageModel:
@@ -111,13 +112,14 @@ def meta_model(config: SHARNNConfig) -> LanguageModel:
 
     Raises:
         ConfigError: an invalid config; a weight too large for torch to size (its bytes
-            past 2^63), which the meta device reports as an overflow.
+            past 2^63), which the meta device reports as an overflow (a ``TypeError`` for
+            a size past 2^63 itself).
     """
     try:
         with torch.device("meta"):
             return build_model(config)
-    except RuntimeError as e:
-        if "overflow" not in str(e):
+    except (RuntimeError, TypeError) as e:
+        if "overflow" not in str(e).lower():
             raise
         sizes = ", ".join(
             f"model.{name}={shown(getattr(config, name))}" for name in ("vocab_size", "d_model", "boom_dim")

@@ -121,7 +121,7 @@ class SHARNNConfig:
         for name, choices in VARIANTS.items():
             if getattr(self, name) not in choices:
                 raise ConfigError(f"model.{name} must be one of {', '.join(choices)}, got {shown(getattr(self, name))}")
-        self.attention_blocks()  # raises on a bad placement
+        self.attention_count()  # raises on a bad placement
         if self.architecture == "transformer":
             self._check_transformer()
 
@@ -159,6 +159,28 @@ class SHARNNConfig:
                 f"(0..{shown(self.n_layers - 1)})"
             )
         return blocks
+
+    def attention_count(self) -> int:
+        """How many blocks carry an attention head, counted without listing them (``"all"`` of a
+        huge ``n_layers``). Raises :class:`ConfigError` as :meth:`attention_blocks`."""
+        return self.n_layers if self.attention == "all" else len(self.attention_blocks())
+
+    def weight_sizes(self) -> tuple[int, int]:
+        """The tensors of the model this config describes and the numbers they hold (its
+        parameters, the tied embedding once), by arithmetic: what ``meta_model(config)``'s
+        state dict holds, found without building anything, however large the config (a
+        million blocks take minutes to build even on the meta device). Raises
+        :class:`ConfigError`: a bad attention placement."""
+        d, f, v, n = self.d_model, self.boom_dim, self.vocab_size, self.n_layers
+        if self.architecture == "transformer":  # embedding, positions, ln_f; per block ln_1, qkv, proj, ln_2, mlp
+            return 4 + 12 * n, v * d + self.attention_span * d + 2 * d + n * (4 * d * d + 2 * f * d + f + 9 * d)
+        cell = (4, 8 * d * d + 8 * d) if self.cell == "lstm" else (9, 8 * d * d + 22 * d)  # LN-LSTM: 3 LayerNorms
+        feed_forward = (2, f * d + f) if self.feed_forward == "boom" else (4, 2 * f * d + f + d)
+        gate = (1, d) if self.collapsed or self.value_gate == "vector" else (3, 2 * d * d + 3 * d)  # its network
+        block = [2 + cell[0] + 4 + feed_forward[0], 2 * d + cell[1] + 4 * d + feed_forward[1]]  # + 3 LayerNorms
+        attention = [10 + gate[0], d * d + 9 * d + gate[1]]  # 3 LayerNorms, gate_q, gate_k and the query
+        blocks = self.attention_count()
+        return 2 + n * block[0] + blocks * attention[0], v + v * d + n * block[1] + blocks * attention[1]
 
     def check_window(self, length: int) -> None:
         """Refuse a window the model cannot take: with attention, one longer than the

@@ -58,8 +58,15 @@ TINY = 2.0**-100  # a row whose largest entry is below this is scaled as if it w
 # ------------------------------------------------------------------ tables
 
 
+SATURATED = 1000  # past +-1000, sigmoid and tanh round to the same float64 as at +-1000: 0.0, 1.0 or -1.0
+
+
 def _decimal_sigmoid(x: decimal.Decimal) -> decimal.Decimal:
-    return 1 / (1 + (-x).exp())
+    """``1 / (1 + exp(-x))``, ``x`` clamped to ``[-SATURATED, SATURATED]``: ``sigmoid(-1000)``,
+    about 5e-435, is below float64's smallest number, and ``1 - sigmoid(1000)`` vanishes at 30
+    digits, so every result rounds as it would unclamped; but ``exp`` of more than about 2.3e6
+    (a weight of a hostile model) would pass decimal's largest exponent, ``decimal.Overflow``."""
+    return 1 / (1 + (-min(max(x, decimal.Decimal(-SATURATED)), decimal.Decimal(SATURATED))).exp())
 
 
 @cache

@@ -15,9 +15,12 @@ write and read it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Mapping
+import os
+import re
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -89,21 +92,50 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     against the SHA-256 its metadata records.
 
     Raises:
-        CheckpointError: a missing, truncated or corrupt file, one without a recorded
-            SHA-256, or weights whose SHA-256 differs from the recorded one.
+        CheckpointError: a missing, truncated or corrupt file, one the system does not
+            let be read (:func:`reading_weights`: too many open files, ...), one without a
+            recorded SHA-256, or weights whose SHA-256 differs from the recorded one.
     """
     file = Path(folder) / WEIGHTS_FILE
-    try:
-        with safe_open(file, framework="pt") as f:
-            recorded = (f.metadata() or {}).get("sha256")
-            weights = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 safe_open is not iterable
-    except (OSError, SafetensorError) as e:
-        raise CheckpointError(f"{file} is missing or corrupt ({str(e).splitlines()[0]})") from None
+    with reading_weights(file), safe_open(file, framework="pt") as f:
+        recorded = (f.metadata() or {}).get("sha256")
+        weights = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 safe_open is not iterable
     if recorded is None:
         raise CheckpointError(f"{file} records no sha256 of its weights: not written by SHARNN.save_pretrained")
     if weights_sha256(weights) != recorded:
         raise CheckpointError(f"{file} fails its SHA-256 check: the weights were altered or corrupted")
     return weights
+
+
+@contextlib.contextmanager
+def reading_weights(file: Path) -> Iterator[None]:
+    """Run the block, which reads the weights file ``file`` with safetensors, with what
+    safetensors raises as one :class:`CheckpointError` naming ``file``: a ``SafetensorError``
+    (a truncated or corrupt file), or an ``OSError`` or ``RuntimeError`` (torch's mapping of
+    the file: ``unable to open file <...> in read-only mode: Too many open files (24)``)
+    where the system refuses, with the system's reason."""
+    try:
+        yield
+    except SafetensorError as e:
+        raise CheckpointError(f"{file} is missing or corrupt ({str(e).splitlines()[0]})") from None
+    except (OSError, RuntimeError) as e:
+        raise CheckpointError(f"cannot read {file}: {_system_reason(file, e)}") from None
+
+
+def _system_reason(file: Path, error: OSError | RuntimeError) -> str:
+    """Why the system refused ``file`` to safetensors: an ``OSError``'s own reason; torch's
+    ``RuntimeError`` ends with the error number. Safetensors raises ``No such file or
+    directory`` (no error number) for any file it cannot open: the system is asked again."""
+    if isinstance(error, OSError) and error.strerror is None:
+        try:
+            file.open("rb").close()
+        except OSError as e:
+            error = e
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    line = (str(error).splitlines() or [type(error).__name__])[0]
+    number = re.search(r"\((\d+)\)$", line)
+    return os.strerror(int(number[1])) if number else line[:200]
 
 
 def apply_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str | Path) -> None:

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import math
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .. import compiled
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from . import exact, integer_kernels as kernels
 from .exact import QuantizedWeights
 from .integer_kernels import MEMORY_LIMIT
@@ -73,6 +74,119 @@ def _exactly(function, values: Tensor) -> Tensor:
     return torch.tensor(flat, dtype=torch.float64).view(values.shape)
 
 
+RANGE = float(np.finfo(np.float32).max) / 2  # where the step's values are kept: float32's largest, less the roundings
+
+
+def check_range(model: SHARNN, source: str | Path) -> None:
+    """Refuse a model whose weights are out of the range the integer step represents: one
+    of the float32 values it computes could pass :data:`RANGE` (then an infinity, a NaN,
+    and a NaN rounded to an integer indexes past the kernels' tables: garbage or a crash),
+    as :func:`value_bounds` finds from the weights before anything runs. A trained model is
+    far within (the shipped one's largest bound is near 1e7, its logits'); every weight of it times 1e20
+    is not.
+
+    Raises:
+        CheckpointError: naming ``source`` and the first value that could pass.
+    """
+    for what, bound in value_bounds(model):
+        if not bound <= RANGE:  # an infinite bound too
+            raise CheckpointError(
+                f"{source}: the weights are out of the range the integer step represents: {what} could reach "
+                f"{bound:.2g}, and it keeps its float32 values within {RANGE:.2g}"
+            )
+
+
+def value_bounds(model: SHARNN) -> list[tuple[str, float]]:
+    """Bounds of the magnitudes of the float32 values one position of the integer step
+    computes, each with what it bounds, in the order it computes them, from the largest
+    magnitude of each weight (as Python floats, which may pass float32's range). The
+    kernels' arithmetic gives them:
+
+    - a LayerNorm's integers and sums are scale-free: whatever its input, its normalised
+      values are within ``sqrt(n - 1)``, so its output within ``sqrt(n) max|gain| + max|bias|``;
+    - a product of ``K`` inputs within ``x``: each rounded input times its scale is within
+      ``x``, each weight's integer times its row's scale within ``max|W|``, so its output is
+      within ``K max|W| x + max|b|``; before that, its integer sums (at most 2**24) times
+      their row's scale, ``max|W| / 127``;
+    - sigmoid and tanh come from tables, which clamp any argument (an infinity too): ``h =
+      o tanh(c)`` is within 1, the GELU ``x sigmoid(1.702 x)`` within ``|x|``, the attention's
+      average of the memory within 32 (:data:`~sharnn.models.integer_kernels.MEMORY_LIMIT`
+      units of 2**-10);
+    - the cell ``c`` grows by at most 1 a position; the logits' gaps to their largest, which
+      may overflow, are clamped to the ``exp`` table.
+    """
+    bounds = _Bounds()
+    x = _largest(model.embedding.weight)
+    for i, block in enumerate(model.blocks):
+        at, d = f"block {i}'s", block.ln_start.weight.shape[0]
+        start = bounds.norm(f"{at} LN_start", block.ln_start)
+        w_ih, w_hh, bias = (_largest(weight) for weight in gate_weights(block.lstm))
+        if isinstance(block.lstm, LayerNormLSTM):
+            bounds.product(f"{at} input gates", d, w_ih, 0.0, start)
+            bounds.product(f"{at} recurrent gates", d, w_hh, 0.0, 1.0)
+            gates = bounds.norm(f"{at} LN_ih", block.lstm.ln_ih) + bias + bounds.norm(f"{at} LN_hh", block.lstm.ln_hh)
+            bounds.value(f"{at} gates", gates)
+            bounds.norm(f"{at} LN_cell", block.lstm.ln_cell)
+        else:  # one product of [LN_start(x) ; h], or block 0's table plus W_hh h: no larger
+            bounds.product(f"{at} gates", 2 * d, max(w_ih, w_hh), bias, max(start, 1.0))
+        if block.attention is not None:  # its output, the feed-forward's input, only normalised
+            head = block.attention.head
+            bounds.norm(f"{at} LN_mem", block.attention.ln_mem)
+            r = bounds.norm(f"{at} LN_mid", block.attention.ln_mid)
+            bounds.product(f"{at} query", d, _largest(head.query.weight), _largest(head.query.bias), r)
+            bounds.norm(f"{at} LN_query", head.ln_query, head.scale)  # times its gates' sigmoids and 1/sqrt(d)
+            gate = _largest(head.value_gate) if hasattr(head, "value_gate") else 1.0  # else sigmoid (* tanh)
+            bounds.value(f"{at} attention", r + gate * MEMORY_LIMIT / 2**kernels.MEMORY_FRACTION_BITS)
+        x = _feed_forward_bounds(bounds, at, d, block.feed_forward)
+    embedding, output_bias = _largest(model.embedding.weight), _largest(model.output_bias)
+    bounds.product("the logits", model.config.d_model, embedding, output_bias, x)
+    return bounds.found
+
+
+def _feed_forward_bounds(bounds: _Bounds, at: str, d: int, ff) -> float:
+    """:func:`value_bounds` of a block's feed-forward (Boom or MLP): the bound of its output."""
+    up = ff.boom.linear if ff.mlp is None else ff.mlp.up
+    hidden = up.weight.shape[0]
+    x = bounds.norm(f"{at} LN_xff", ff.ln_xff)
+    pre = bounds.product(f"{at} up-projection", d, _largest(up.weight), _largest(up.bias), x)
+    if ff.mlp is None:  # the Boom's chunks of GELUs, summed
+        out = bounds.value(f"{at} Boom", hidden // d * pre)
+    else:
+        down = ff.mlp.down
+        out = bounds.product(f"{at} down-projection", hidden, _largest(down.weight), _largest(down.bias), pre)
+    return bounds.value(f"{at} output", bounds.norm(f"{at} LN_ff", ff.ln_ff) + out)
+
+
+class _Bounds:
+    """The bounds :func:`value_bounds` has found, in order, and the rules that find them."""
+
+    def __init__(self):
+        self.found: list[tuple[str, float]] = []
+
+    def value(self, what: str, bound: float) -> float:
+        self.found.append((what, bound))
+        return bound
+
+    def norm(self, what: str, layer_norm: torch.nn.LayerNorm, scale: float = 1.0) -> float:
+        """A LayerNorm's output: ``sqrt(n) max|gain| + max|bias|`` (times ``scale``)."""
+        features = layer_norm.weight.shape[0]
+        return self.value(what, (math.sqrt(features) * _largest(layer_norm.weight) + _largest(layer_norm.bias)) * scale)
+
+    def product(self, what: str, inputs: int, weight: float, bias: float, x: float) -> float:
+        """A product of ``inputs`` inputs within ``x``: its integer sums times the weights'
+        scales, then ``inputs max|W| x + max|b|``."""
+        sums = exact.FP32_EXACT * weight / exact.WEIGHT_LEVELS
+        self.value(f"{what} (their integer sums times the weights' scales)", sums)
+        return self.value(what, inputs * weight * x + bias)
+
+
+def _largest(tensor: Tensor | None) -> float:
+    """``max |tensor|`` as a Python float; 0 for None or no entries."""
+    if tensor is None or not tensor.numel():
+        return 0.0
+    return float(tensor.detach().abs().max())
+
+
 def _exact_affine(weight: Tensor, x: Tensor, bias: Tensor) -> Tensor:
     """``weight @ x + bias`` (float64) for a constant, each row summed correctly rounded
     (``math.fsum``) from its products (each an IEEE float64 product, as Python's)."""
@@ -108,6 +222,7 @@ class IntegerStep:
     Raises:
         ConfigError: a model that is not an SHA-RNN, ``streams`` < 1, or an attention span
             over :data:`MAX_SPAN`.
+        CheckpointError: weights out of the range it represents (:func:`check_range`).
     """
 
     def __init__(self, model: SHARNN, streams: int, positions: int | None = None):
@@ -143,8 +258,10 @@ class IntegerStep:
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """Prepare the weights from the model's (again, after they changed); the state is kept."""
+        """Prepare the weights from the model's (again, after they changed); the state is kept.
+        Raises :class:`CheckpointError`: weights out of its range (:func:`check_range`)."""
         model = self.model
+        check_range(model, "the model")
         table = model.config.vocab_size <= TABLE_MAX_ROWS
         with compiled.kernel_threads(torch.get_num_threads()):  # block 0's table
             self.blocks = [
