@@ -743,7 +743,10 @@ def test_commands_let_openmp_threads_sleep_unless_told_otherwise(given, seen):
     env = {k: v for k, v in SUBPROCESS_ENV.items() if k != "OMP_WAIT_POLICY"} | (
         {"OMP_WAIT_POLICY": given} if given else {}
     )
-    code = "import os; from sharnn.console import _import_torch; _import_torch(); print(os.environ['OMP_WAIT_POLICY'])"
+    code = (
+        "import os; from sharnn.console import _import_torch; _import_torch('sharnn'); "
+        "print(os.environ['OMP_WAIT_POLICY'])"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.stdout.strip() == seen, done.stderr
 
@@ -752,7 +755,7 @@ def test_torchs_objects_are_frozen_and_the_collector_is_back_on():
     """While torch loads, Python's cyclic collector is off; what the import made is then
     frozen (never read by the collector again) and the collector is on for the command."""
     code = (
-        "import gc; from sharnn.console import _import_torch; _import_torch(); "
+        "import gc; from sharnn.console import _import_torch; _import_torch('sharnn'); "
         "print(gc.isenabled(), gc.get_freeze_count())"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)

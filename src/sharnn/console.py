@@ -29,7 +29,7 @@ class Command(click.Command):
     """A command: it loads torch first (see :func:`_import_torch`)."""
 
     def invoke(self, ctx):
-        _import_torch()
+        _import_torch(ctx.command_path)
         return super().invoke(ctx)
 
 
@@ -108,8 +108,10 @@ def _stopped_by_signal(line: str, status: int):
     sys.exit(status)
 
 
-def _import_torch() -> None:
-    """Import torch, which every command uses, with Ctrl-C and SIGTERM ending the process
+def _import_torch(doing: str) -> None:
+    """Import torch, which every command (``doing``: ``sharnn compress``) uses, once the
+    process's address-space limit is known to hold the libraries
+    (:func:`sharnn.runtime.check_address_space`: below it they abort), with Ctrl-C and SIGTERM ending the process
     at once (one line, status 130 or 143): torch's import catches some exceptions and goes
     on half done, so an exception raised inside it can turn into another error (and a
     traceback) further on.
@@ -131,6 +133,9 @@ def _import_torch() -> None:
     standard output at exit when that is a terminal, bytes no command of ours wrote."""
     if "torch" in sys.modules:
         return
+    from .runtime import check_address_space
+
+    check_address_space(doing)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     with _collector_off_then_frozen():
@@ -345,7 +350,7 @@ def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int
             click.echo(error_line(e), err=True)
             failed += 1
     if jobs:
-        _load_coding()
+        _load_coding(click.get_current_context().command_path)
     for number, (source, dest) in enumerate(jobs):
         if mode == "list" and number:
             click.echo()  # a blank line between two files' blocks
@@ -362,7 +367,7 @@ def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int
 
 
 @cache
-def _load_coding() -> None:
+def _load_coding(doing: str) -> None:
     """Import the coding commands and load the compiled kernels with Python's cyclic
     garbage collector off, then freeze what they made, as :func:`_import_torch` does for
     torch: they live as long as the process, and the collector's passes over its oldest
@@ -370,7 +375,7 @@ def _load_coding() -> None:
     (measured: 3 to 4 passes of 0.03 to 0.11 s as the imports grew the heap to 200,000
     objects, and one more while coding). Once per process; torch first (:func:`_import_torch`),
     which the coding commands load only once their files are checked."""
-    _import_torch()
+    _import_torch(doing)
     with _collector_off_then_frozen():
         from .commands import compress, decompress  # noqa: F401
         from .compiled import ensure_compiled
