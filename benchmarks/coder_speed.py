@@ -201,7 +201,9 @@ def startup(source: Path) -> float:
         small = Path(folder) / "one.txt"
         small.write_bytes(read("alice29")[:1000])
         packed = Path(folder) / "one.shz"
-        command = [sys.executable, "-m", "sharnn", "compress", str(small), str(packed)]  # both releases take SRC DEST
+        command = [sys.executable, "-m", "sharnn", "compress"]
+        usage = subprocess.run([*command, "--help"], env=env, check=True, capture_output=True, text=True).stdout
+        command += [str(small), "-o", str(packed)] if "--output" in usage else [str(small), str(packed)]  # 0.4.0's
         subprocess.run(command, env=env, check=True, capture_output=True)
         packed.unlink()
         start = time.perf_counter()

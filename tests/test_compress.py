@@ -285,15 +285,16 @@ def test_cli_round_trip_reports_sizes_and_rate(tmp_path, run_dir):
     source = tmp_path / "text.txt"
     source.write_bytes(TEXT)
     packed, unpacked = tmp_path / "text.shz", tmp_path / "text.out"
-    result = cli("compress", source, packed, "--model", run_dir, "--streams", "3", "--quiet")
+    result = cli("compress", source, "-o", packed, "--model", run_dir, "--streams", "3")
     assert_ok(result)
-    line = result.stdout.strip()
+    assert result.stdout == ""  # standard output carries data only
+    line = result.stderr.strip()
     assert f"{len(TEXT):,} -> {packed.stat().st_size:,} bytes" in line
     assert f"{8 * packed.stat().st_size / len(TEXT):.4f} bits per byte" in line and "bytes/s" in line
-    result = cli("decompress", packed, unpacked, "--model", run_dir, "--quiet")
+    result = cli("decompress", packed, "-o", unpacked, "--model", run_dir)
     assert_ok(result)
     assert unpacked.read_bytes() == TEXT
-    assert "CRC32 of 3 streams checked" in result.stdout
+    assert "CRC32 of 3 streams checked" in result.stderr and result.stdout == ""
     assert _files_besides(tmp_path, "text.txt", "text.shz", "text.out") == []  # no temporary files left
 
 
@@ -304,12 +305,10 @@ def test_cli_standard_input_and_output(run_dir):
     from sharnn.cli import main
 
     runner = CliRunner()
-    packed = runner.invoke(main, ["compress", "-", "-", "--model", str(run_dir), "--quiet"], input=TEXT)
+    packed = runner.invoke(main, ["compress", "-", "--model", str(run_dir)], input=TEXT)
     assert packed.exit_code == 0, packed.stderr
     assert "bits per byte" in packed.stderr  # the closing line keeps out of the data
-    unpacked = runner.invoke(
-        main, ["decompress", "-", "-", "--model", str(run_dir), "--quiet"], input=packed.stdout_bytes
-    )
+    unpacked = runner.invoke(main, ["decompress", "-", "--model", str(run_dir), "--quiet"], input=packed.stdout_bytes)
     assert unpacked.exit_code == 0, unpacked.stderr
     assert unpacked.stdout_bytes == TEXT
 
@@ -317,8 +316,8 @@ def test_cli_standard_input_and_output(run_dir):
 def test_cli_online_mode(tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(TEXT)
-    assert_ok(cli("compress", source, tmp_path / "p", "--online", "--streams", "2", "--quiet", *TINY_ONLINE))
-    assert_ok(cli("decompress", tmp_path / "p", tmp_path / "out", "--quiet"))
+    assert_ok(cli("compress", source, "-o", tmp_path / "p", "--online", "--streams", "2", "--quiet", *TINY_ONLINE))
+    assert_ok(cli("decompress", tmp_path / "p", "-o", tmp_path / "out", "--quiet"))
     assert (tmp_path / "out").read_bytes() == TEXT
 
 
@@ -326,7 +325,7 @@ def test_cli_online_mode(tmp_path):
 def packed(tmp_path, run_dir) -> Path:
     source = tmp_path / "text.txt"
     source.write_bytes(TEXT)
-    assert_ok(cli("compress", source, tmp_path / "text.shz", "--model", run_dir, "--streams", "2", "--quiet"))
+    assert_ok(cli("compress", source, "-o", tmp_path / "text.shz", "--model", run_dir, "--streams", "2", "--quiet"))
     return tmp_path / "text.shz"
 
 
@@ -335,7 +334,18 @@ def packed_fp32(tmp_path, run_dir) -> Path:
     """A file of the float step, which decodes on the same kind of machine only."""
     source = tmp_path / "text.txt"
     source.write_bytes(TEXT)
-    command = ("compress", source, tmp_path / "text.shz", "--model", run_dir, "--streams", "2", "--precision", "fp32")
+    command = (
+        "compress",
+        source,
+        "-o",
+        tmp_path / "text.shz",
+        "--model",
+        run_dir,
+        "--streams",
+        "2",
+        "--precision",
+        "fp32",
+    )
     assert_ok(cli(*command, "--quiet"))
     return tmp_path / "text.shz"
 
@@ -343,7 +353,7 @@ def packed_fp32(tmp_path, run_dir) -> Path:
 def _refused(tmp_path: Path, packed: Path, model, *fragments: str) -> None:
     """decompress fails with one line, and leaves no output file and no temporary file."""
     out = tmp_path / "restored"
-    assert_user_error(cli("decompress", packed, out, "--model", model, "--quiet"), *fragments)
+    assert_user_error(cli("decompress", packed, "-o", out, "--model", model, "--quiet"), *fragments)
     assert not out.exists()
     assert _files_besides(tmp_path, "text.txt", "text.shz", "other") == []
 
@@ -374,13 +384,13 @@ def test_cli_refuses_to_overwrite_and_bad_arguments(tmp_path, run_dir, packed):
     assert_user_error(cli("compress", source, "-o", packed, "--model", run_dir), "exists; give --force")
     assert packed.read_bytes() == before
     assert_user_error(cli("compress", source, "-o", source, "--model", run_dir, "--force"), "is the input file")
-    assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "--online"), "not both")
-    assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "lr=1"), "for --online only")
-    assert_user_error(cli("compress", tmp_path / "missing", tmp_path / "x", "--model", run_dir), "cannot read")
-    assert_user_error(cli("compress", source, tmp_path / "no" / "x", "--model", run_dir), "no folder")
-    assert_user_error(cli("decompress", source, tmp_path / "x"), "not a sharnn compressed file")
-    assert_user_error(cli("decompress", packed, tmp_path / "x"), "give it with --model")
-    assert_user_error(cli("compress", source, tmp_path / "x", "--model", run_dir, "--threads", "0"), "--threads")
+    assert_user_error(cli("compress", source, "-o", tmp_path / "x", "--model", run_dir, "--online"), "not both")
+    assert_user_error(cli("compress", source, "-o", tmp_path / "x", "--model", run_dir, "lr=1"), "for --online only")
+    assert_user_error(cli("compress", tmp_path / "missing", "-o", tmp_path / "x", "--model", run_dir), "cannot read")
+    assert_user_error(cli("compress", source, "-o", tmp_path / "no" / "x", "--model", run_dir), "no folder")
+    assert_user_error(cli("decompress", source, "-o", tmp_path / "x"), "not a sharnn compressed file")
+    assert_user_error(cli("decompress", packed, "-o", tmp_path / "x"), "give it with --model")
+    assert_user_error(cli("compress", source, "-o", tmp_path / "x", "--model", run_dir, "--threads", "0"), "--threads")
     assert not (tmp_path / "x").exists()
     assert_ok(cli("compress", source, "-o", packed, "--model", run_dir, "--force", "--quiet", "--streams", "1"))
     assert read_header(packed.read_bytes())[0].streams == 1
@@ -405,7 +415,7 @@ def test_a_file_coded_on_cuda_is_refused_without_cuda(tmp_path, run_dir, model):
         )
     (tmp_path / "cuda.shz").write_bytes(blob)
     assert_user_error(
-        cli("decompress", tmp_path / "cuda.shz", tmp_path / "out", "--model", run_dir),
+        cli("decompress", tmp_path / "cuda.shz", "-o", tmp_path / "out", "--model", run_dir),
         "compressed on CUDA (NVIDIA H200)",
     )
     assert not (tmp_path / "out").exists()
@@ -420,13 +430,15 @@ HAS_BF16 = bool(set(coding_environment.BF16_PRODUCTS) & set(coding_environment.c
 def test_cli_bf16_round_trip_records_the_cpus_features(tmp_path, run_dir):
     source, packed, out = tmp_path / "text.txt", tmp_path / "text.shz", tmp_path / "text.out"
     source.write_bytes(TEXT)
-    assert_ok(cli("compress", source, packed, "--model", run_dir, "--streams", "3", "--precision", "bf16", "--quiet"))
+    assert_ok(
+        cli("compress", source, "-o", packed, "--model", run_dir, "--streams", "3", "--precision", "bf16", "--quiet")
+    )
     header, _ = read_header(packed.read_bytes())
     assert header.precision == "bf16" and header.storage == "coded"
     assert header.environment["cpu_features"] == coding_environment.cpu_features()
-    result = cli("decompress", packed, out, "--model", run_dir, "--quiet")
+    result = cli("decompress", packed, "-o", out, "--model", run_dir)
     assert_ok(result)
-    assert out.read_bytes() == TEXT and "CRC32 of 3 streams checked" in result.stdout
+    assert out.read_bytes() == TEXT and "CRC32 of 3 streams checked" in result.stderr
     # What bf16 costs in size depends on the CPU's bf16 kernels (on an AMD Zen 5 this barely
     # trained model's payload was 860 bytes against fp32's 236): a measurement for a
     # benchmark, never asserted by a test.
@@ -469,7 +481,7 @@ def test_cli_refuses_a_precision_it_cannot_code_with(tmp_path, run_dir, model, m
     source, out = tmp_path / "text.txt", tmp_path / "out"
     source.write_bytes(TEXT)
     for junk in ("fp16", "junk"):
-        result = cli("compress", source, out, "--model", run_dir, "--precision", junk)
+        result = cli("compress", source, "-o", out, "--model", run_dir, "--precision", junk)
         assert_user_error(result, f"'{junk}' is not one of 'integer', 'fp32', 'bf16'")
         assert result.exit_code == 2
     with pytest.raises(ConfigError, match="precision must be integer, fp32, bf16, got 'fp16'"):
@@ -481,7 +493,7 @@ def test_cli_refuses_a_precision_it_cannot_code_with(tmp_path, run_dir, model, m
     monkeypatch.setattr(coding_environment, "_CPUINFO", cpuinfo)
     assert coding_environment.cpu_features() == ["avx2", "avx512f"]
     assert_user_error(
-        cli("compress", source, out, "--model", run_dir, "--precision", "bf16"),
+        cli("compress", source, "-o", out, "--model", run_dir, "--precision", "bf16"),
         "precision bf16 needs a CPU with bf16 instructions (avx512_bf16 or amx_bf16); this one has avx2 avx512f",
     )
     assert not out.exists()
@@ -539,7 +551,7 @@ def _decodes_exactly_or_is_refused(tmp_path: Path, name: str, *model) -> str:
     Returns ``"decoded"`` or ``"refused"``."""
     packed, original, out = DATA / f"{name}.shz", (DATA / f"{name}.txt").read_bytes(), tmp_path / "out.txt"
     header, _ = read_header(packed.read_bytes())
-    result = cli("decompress", packed, out, *model, "--quiet")
+    result = cli("decompress", packed, "-o", out, *model, "--quiet")
     if result.exit_code == 0 or _made_on_this_kind_of_machine(header):
         assert_ok(result)
         assert out.read_bytes() == original
@@ -603,21 +615,21 @@ def test_input_coding_would_grow_is_stored_raw_and_decodes_without_the_model(mod
 def test_cli_stores_incompressible_input_raw_and_says_why(tmp_path, run_dir):
     source, packed, out = tmp_path / "random.bin", tmp_path / "random.shz", tmp_path / "random.out"
     source.write_bytes(np.random.default_rng(2).integers(0, 256, 600, dtype=np.uint8).tobytes())
-    result = cli("compress", source, packed, "--online", "--streams", "2", "--quiet", *TINY_ONLINE)
+    result = cli("compress", source, "-o", packed, "--online", "--streams", "2", *TINY_ONLINE)
     assert_ok(result)
     header, _ = read_header(packed.read_bytes())
     assert header.storage == "stored" and packed.stat().st_size == 600 + len(container.pack(header))
-    assert f"600 -> {packed.stat().st_size:,} bytes" in result.stdout
-    assert f"stored raw: coding gave {header.coded_bytes:,} bytes" in result.stdout
-    result = cli("decompress", packed, out, "--quiet")
+    assert f"600 -> {packed.stat().st_size:,} bytes" in result.stderr
+    assert f"stored raw: coding gave {header.coded_bytes:,} bytes" in result.stderr
+    result = cli("decompress", packed, "-o", out)
     assert_ok(result)
-    assert out.read_bytes() == source.read_bytes() and "stored raw, its CRC32 checked" in result.stdout
+    assert out.read_bytes() == source.read_bytes() and "stored raw, its CRC32 checked" in result.stderr
     assert_ok(cli("decompress", packed, "-o", out, "--model", run_dir, "--force", "--quiet"))  # a model is not used
     assert out.read_bytes() == source.read_bytes()
     blob = bytearray(packed.read_bytes())
     blob[-1] ^= 0x01
     packed.write_bytes(bytes(blob))
-    assert_user_error(cli("decompress", packed, tmp_path / "flipped", "--quiet"), "payload fails its CRC32 check")
+    assert_user_error(cli("decompress", packed, "-o", tmp_path / "flipped", "--quiet"), "payload fails its CRC32 check")
     assert not (tmp_path / "flipped").exists()
 
 
@@ -625,7 +637,7 @@ def test_cli_refuses_an_online_model_too_large_before_building_it(tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(TEXT)
     assert_user_error(
-        cli("compress", source, tmp_path / "out", "--online", "model.d_model=8192", "model.boom_dim=32768"),
+        cli("compress", source, "-o", tmp_path / "out", "--online", "model.d_model=8192", "model.boom_dim=32768"),
         "at most 100,000,000",
     )
     assert not (tmp_path / "out").exists()
@@ -968,7 +980,7 @@ def test_cli_a_hostile_header_with_a_correct_crc_is_one_line(tmp_path, online_bl
     text = text if isinstance(text, bytes) else json.dumps(text).encode()
     packed, out = tmp_path / "hostile.shz", tmp_path / "out"
     packed.write_bytes(container.frame(text, version) + payload)
-    line = assert_user_error(cli("decompress", packed, out, "--quiet"), "hostile.shz", fragment)
+    line = assert_user_error(cli("decompress", packed, "-o", out, "--quiet"), "hostile.shz", fragment)
     assert not out.exists() and _files_besides(tmp_path, "hostile.shz") == [], line
     with pytest.raises(DataError):
         read_header(packed.read_bytes())
@@ -991,7 +1003,9 @@ def test_a_crlf_count_the_decoded_bytes_contradict_is_one_line(tmp_path, run_dir
         packed, out = tmp_path / "hostile.shz", tmp_path / "out"
         packed.write_bytes(container.pack(hostile) + data)
         said = f"its header says {hostile.crlf:,} CRLF line ends were folded, but it {fragment}"
-        line = assert_user_error(cli("decompress", packed, out, "--model", run_dir, "--quiet"), "is corrupt", said)
+        line = assert_user_error(
+            cli("decompress", packed, "-o", out, "--model", run_dir, "--quiet"), "is corrupt", said
+        )
         assert not out.exists() and _files_besides(tmp_path, "hostile.shz") == [], (case, line)
         with pytest.raises(DataError, match=re.escape(said)):
             decompress(packed.read_bytes(), model)
@@ -1055,7 +1069,7 @@ def test_a_file_from_another_kind_of_machine_that_does_not_decode_is_refused_nam
     packed.write_bytes(blob)
     (_rounding_elsewhere if failure == "crc" else _coder_gives_up)(monkeypatch)
     line = assert_user_error(
-        cli("decompress", packed, tmp_path / "restored", "--model", run_dir, "--quiet"),
+        cli("decompress", packed, "-o", tmp_path / "restored", "--model", run_dir, "--quiet"),
         "text.shz",
         f"made on another kind of machine ({differs})",
         "files coded in fp32 with float probabilities",
@@ -1101,7 +1115,7 @@ def _stored_header(stored: bytes, version: int = 5) -> bytes:
 def test_a_version_5_header_not_deflated_or_that_inflates_too_far_is_one_line(tmp_path, stored, fragment):
     packed, out = tmp_path / "hostile.shz", tmp_path / "out"
     packed.write_bytes(_stored_header(stored))
-    assert_user_error(cli("decompress", packed, out, "--quiet"), "hostile.shz is corrupt", fragment)
+    assert_user_error(cli("decompress", packed, "-o", out, "--quiet"), "hostile.shz is corrupt", fragment)
     assert not out.exists()
 
 
@@ -1180,7 +1194,9 @@ def test_cli_adapt_with_online_mode_or_a_float_step_is_one_line(tmp_path):
     source = tmp_path / "in.txt"
     source.write_bytes(TEXT[:200])
     for flags, fragment in ((["--online"], "online mode learns the model itself"), (["--precision", "fp32"], "fp32")):
-        line = assert_user_error(cli("compress", source, tmp_path / "out.shz", "--adapt", *flags), "--adapt", fragment)
+        line = assert_user_error(
+            cli("compress", source, "-o", tmp_path / "out.shz", "--adapt", *flags), "--adapt", fragment
+        )
         assert not (tmp_path / "out.shz").exists(), line
 
 

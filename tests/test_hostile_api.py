@@ -135,7 +135,7 @@ def test_the_codec_takes_bytes(model):
 
 def test_streams_past_the_bound_are_refused_saying_why(run_dir, text, tmp_path):
     line = assert_user_error(
-        cli("compress", text, tmp_path / "out.shz", "--model", run_dir, "--streams", "100000"),
+        cli("compress", text, "-o", tmp_path / "out.shz", "--model", run_dir, "--streams", "100000"),
         f"streams must be an integer from 1 to {MAX_STREAMS:,}",
         "the coder's memory grows with every stream",
     )
@@ -162,7 +162,7 @@ def test_coding_that_runs_out_of_memory_is_one_line(run_dir, text, tmp_path, mon
 
     monkeypatch.setattr(codec, "encode", encode)
     line = assert_user_error(
-        cli("compress", text, tmp_path / "out.shz", "--model", run_dir, "--streams", "8"),
+        cli("compress", text, "-o", tmp_path / "out.shz", "--model", run_dir, "--streams", "8"),
         f"coding {len(TEXT):,} bytes in 8 streams needs more memory than this process may hold",
     )
     assert "give fewer streams" in line and not (tmp_path / "out.shz").exists()
@@ -191,7 +191,7 @@ def test_a_portable_file_s_recorded_thread_count_is_at_most_the_cpus(model, tmp_
         blob = _with_threads(codec.compress(TEXT, model, streams=2), 1024)  # a header that says 1,024 threads
     (tmp_path / "many.shz").write_bytes(blob)
     counts = _recording_threads(monkeypatch)
-    assert_ok(cli("decompress", tmp_path / "many.shz", tmp_path / "back.txt", "--model", run_dir, "--quiet"))
+    assert_ok(cli("decompress", tmp_path / "many.shz", "-o", tmp_path / "back.txt", "--model", run_dir, "--quiet"))
     assert (tmp_path / "back.txt").read_bytes() == TEXT
     assert counts == [min(1024, available_cpus())] and 1 <= available_cpus() <= 1024
     assert codec.decoding_threads(parse(blob, "x")[1], None) == min(1024, available_cpus())

@@ -53,10 +53,49 @@ def _sharnn(*args, cwd: Path, shell: str = "", env: dict | None = None) -> subpr
 # ----------------------------------------------------------------------------- standard streams
 
 
+def test_standard_output_carries_no_summary_and_quiet_prints_nothing(folder):
+    done = cli("compress", "--model", MODEL, "a.txt")
+    assert_ok(done)
+    assert done.stdout == "" and done.stderr.startswith("compressed a.txt: ")
+    for args in (
+        ("compress", "--model", MODEL, "-q", "-f", "a.txt"),
+        ("decompress", "--model", MODEL, "-q", "-t", "a.txt.shz"),
+        ("decompress", "--model", MODEL, "-q", "a.txt.shz", "-o", "back.txt"),
+        ("compress", "--model", MODEL, "-q", "--precision", "fp32", "a.txt", "-o", "fp32.shz"),  # no note either
+    ):
+        quiet = cli(*args)
+        assert_ok(quiet)
+        assert (quiet.stdout, quiet.stderr) == ("", ""), args
+    assert (folder / "back.txt").read_bytes() == TEXT
+
+
+@pytest.mark.slow  # a real process
+def test_quiet_compress_prints_nothing_at_all(folder):
+    done = _sharnn("compress", "--model", MODEL, "-q", "a.txt", cwd=folder)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert parse((folder / "a.txt.shz").read_bytes(), "a.txt.shz").header.length == len(TEXT)
+
+
+@pytest.mark.parametrize("command", ["compress", "decompress"])
+def test_a_second_name_is_an_input_never_an_output(folder, command):
+    """``compress a.txt typo.txt`` once wrote compressed bytes into typo.txt, exit 0."""
+    first = "a.txt" if command == "compress" else "x.shz"
+    shutil.copyfile(COMPRESSED, folder / "x.shz")
+    done = cli(command, "--model", MODEL, first, "typo.txt")
+    assert done.exit_code == 1 and "Traceback" not in done.output
+    refused = {
+        "compress": "error: cannot read typo.txt: No such file or directory",
+        "decompress": "error: typo.txt does not end in .shz: skipped (give -o FILE or -c to name its output)",
+    }[command]
+    assert refused in done.stderr.splitlines()
+    assert not (folder / "typo.txt").exists()
+    assert (folder / ("a.txt.shz" if command == "compress" else "x")).is_file()  # the first FILE coded all the same
+
+
 def test_verbose_adds_what_the_file_records_on_standard_error(folder):
     verbose = cli("compress", "--model", MODEL, "-v", "a.txt")
     assert_ok(verbose)
-    assert verbose.stdout.startswith("compressed a.txt: ")
+    assert verbose.stdout == "" and verbose.stderr.startswith("compressed a.txt: ")
     assert "  model:" in verbose.stderr and "  arithmetic:" in verbose.stderr
 
 
@@ -83,7 +122,7 @@ def test_a_name_that_is_not_utf8_is_coded_and_shown_as_its_bytes(folder):
     (folder / os.fsdecode(name)).write_bytes(TEXT)
     done = _sharnn("compress", "--model", MODEL, name, cwd=folder)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(b"compressed " + name + b": ") and done.stderr == b""
+    assert done.stderr.startswith(b"compressed " + name + b": ") and done.stdout == b""
     listed = _sharnn("decompress", "-l", name + b".shz", cwd=folder)
     assert listed.returncode == 0 and listed.stdout.startswith(name + b".shz:")
 
@@ -117,13 +156,16 @@ def test_a_damaged_kernel_cache_is_compiled_in_memory_and_said_once(tmp_path, da
 @pytest.mark.slow  # real processes: the kernels compiled in memory
 def test_no_folder_for_the_kernel_cache_compiles_in_memory(folder):
     nowhere = {"NUMBA_CACHE_LOCATOR_CLASSES": "UserWideCacheLocator", "XDG_CACHE_HOME": "/dev/null/x"}
-    done = _sharnn("compress", "--model", MODEL, "-q", "a.txt", cwd=folder, env=nowhere | {"HOME": "/dev/null"})
+    done = _sharnn("compress", "--model", MODEL, "a.txt", cwd=folder, env=nowhere | {"HOME": "/dev/null"})
     assert done.returncode == 0, done.stderr
-    assert done.stderr.decode().splitlines() == [
+    notice, summary = done.stderr.decode().splitlines()
+    assert notice == (
         "sharnn: no folder to cache its kernels in (the package's and ~/.cache are read-only; NUMBA_CACHE_DIR "
         "names one): compiling them in memory, for this process only"
-    ]
-    assert (folder / "a.txt.shz").is_file()
+    )
+    assert summary.startswith("compressed a.txt: ") and (folder / "a.txt.shz").is_file()
+    quiet = _sharnn("compress", "--model", MODEL, "-q", "-f", "a.txt", cwd=folder, env=nowhere | {"HOME": "/dev/null"})
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, b"", b"")
 
 
 @pytest.mark.slow  # real processes

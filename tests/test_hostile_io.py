@@ -118,7 +118,7 @@ def _with_closed(fd: str, *args, cwd: Path) -> subprocess.CompletedProcess:
 def test_a_closed_standard_stream_is_one_line(tmp_path, text, command, fd, line):
     source, dest = ("-", "out") if fd == "0" else (text.name, "-")
     more = ["--online"] if command == "compress" else []
-    done = _with_closed(fd, command, source, dest, *more, "--quiet", cwd=tmp_path)
+    done = _with_closed(fd, command, source, "-o", dest, *more, "--quiet", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines() == [line]
     assert _listing(tmp_path) == ["text.txt"]
@@ -130,13 +130,13 @@ def test_a_closed_standard_stream_is_one_line(tmp_path, text, command, fd, line)
 def test_an_input_without_an_end_is_refused_before_memory_runs_out(tmp_path, monkeypatch, shared):
     monkeypatch.setattr(compressing, "MAX_LENGTH", 1 << 20)
     line = assert_user_error(
-        cli("compress", "/dev/zero", tmp_path / "out.shz", "--model", shared, "--quiet"),
+        cli("compress", "/dev/zero", "-o", tmp_path / "out.shz", "--model", shared, "--quiet"),
         "/dev/zero has more than 1,048,576 bytes, the most sharnn compresses",
     )
     assert _listing(tmp_path) == [], line
     monkeypatch.setattr(decompressing, "MAX_FILE_BYTES", 1 << 20)
     assert_user_error(
-        cli("decompress", "/dev/zero", tmp_path / "out", "--quiet"),
+        cli("decompress", "/dev/zero", "-o", tmp_path / "out", "--quiet"),
         "/dev/zero has more than 1,048,576 bytes, the most sharnn decompresses",
     )
     assert _listing(tmp_path) == []
@@ -151,7 +151,7 @@ def test_a_file_larger_than_compression_takes_is_refused_by_its_size(tmp_path, m
     opened = []
     monkeypatch.setattr(files, "_read_at_most", lambda *args: opened.append(args))
     assert_user_error(
-        cli("compress", big, tmp_path / "out.shz", "--model", shared, "--quiet"),
+        cli("compress", big, "-o", tmp_path / "out.shz", "--model", shared, "--quiet"),
         f"big.txt has {len(TEXT)} bytes, more than {len(TEXT) - 1}, the most sharnn compresses",
     )
     assert opened == [] and _listing(tmp_path) == ["big.txt"]
@@ -160,9 +160,9 @@ def test_a_file_larger_than_compression_takes_is_refused_by_its_size(tmp_path, m
 def test_standard_input_larger_than_compression_takes_is_refused(tmp_path, monkeypatch, shared):
     monkeypatch.setattr(compressing, "MAX_LENGTH", len(TEXT))
     out = tmp_path / "out.shz"
-    assert_ok(cli_with_input(TEXT, "compress", "-", out, "--model", shared, "--quiet"))
+    assert_ok(cli_with_input(TEXT, "compress", "-", "-o", out, "--model", shared, "--quiet"))
     assert out.exists()
-    result = cli_with_input(TEXT + b"!", "compress", "-", tmp_path / "more.shz", "--model", shared, "--quiet")
+    result = cli_with_input(TEXT + b"!", "compress", "-", "-o", tmp_path / "more.shz", "--model", shared, "--quiet")
     assert_user_error(result, f"standard input has more than {len(TEXT)} bytes, the most sharnn compresses")
     assert _listing(tmp_path) == ["out.shz"]
 
@@ -187,7 +187,7 @@ def test_a_fifo_destination_is_refused_and_left(tmp_path, text, shared, force):
         f"{fifo} is a FIFO, not a file; give - to write to standard output",
     )
     packed = tmp_path / "text.shz"
-    assert_ok(cli("compress", text, packed, "--model", shared, "--quiet"))
+    assert_ok(cli("compress", text, "-o", packed, "--model", shared, "--quiet"))
     assert_user_error(cli("decompress", packed, "-o", fifo, "--model", shared, "-q", *force), "is a FIFO, not a file")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert _listing(tmp_path) == ["pipe", "text.shz", "text.txt"]
@@ -278,6 +278,7 @@ def test_an_online_model_too_large_for_torch_to_count_is_one_line(text, tmp_path
         cli(
             "compress",
             text,
+            "-o",
             tmp_path / "out.shz",
             "--online",
             "model.d_model=3000000000",
@@ -292,7 +293,7 @@ def test_an_online_model_too_large_for_torch_to_count_is_one_line(text, tmp_path
 
 def test_a_header_whose_online_model_overflows_is_corrupt(text, tmp_path):
     packed = tmp_path / "text.shz"
-    assert_ok(cli("compress", text, packed, "--online", *TINY_ONLINE, "--quiet"))
+    assert_ok(cli("compress", text, "-o", packed, "--online", *TINY_ONLINE, "--quiet"))
     header, payload = container.read_header(packed.read_bytes())
     fields = dataclasses.asdict(header)
     del fields["stream_crc32"]  # a key of versions 1 to 5
@@ -300,7 +301,7 @@ def test_a_header_whose_online_model_overflows_is_corrupt(text, tmp_path):
     hostile = tmp_path / "hostile.shz"
     hostile.write_bytes(container.frame(json.dumps(fields).encode(), container.FORMAT_VERSION) + payload)
     assert_user_error(
-        cli("decompress", hostile, tmp_path / "out", "--quiet"),
+        cli("decompress", hostile, "-o", tmp_path / "out", "--quiet"),
         "hostile.shz is corrupt: its header's online settings are invalid: online mode's model would have",
     )
     assert not (tmp_path / "out").exists()

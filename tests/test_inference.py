@@ -210,9 +210,9 @@ def test_version_6_round_trips_byte_exactly_through_the_command_line(tmp_path, r
     float step's framed as version 3, decode too."""
     source, packed, out = tmp_path / "in", tmp_path / "in.shz", tmp_path / "out"
     source.write_bytes(data)
-    assert_ok(cli("compress", source, packed, "--model", run_dir, "--streams", streams, "--quiet"))
+    assert_ok(cli("compress", source, "-o", packed, "--model", run_dir, "--streams", streams, "--quiet"))
     assert version(packed.read_bytes()) == 6
-    assert_ok(cli("decompress", packed, out, "--model", run_dir, "--quiet"))
+    assert_ok(cli("decompress", packed, "-o", out, "--model", run_dir, "--quiet"))
     assert out.read_bytes() == data
     model = load_model(run_dir)[0]
     header, payload = codec.encode(data, model, streams=streams, online=None, progress=None)

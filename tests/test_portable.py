@@ -197,7 +197,7 @@ def test_a_portable_file_decodes_byte_for_byte_under_every_setting(tmp_path):
     for name, data in sources.items():
         (tmp_path / name).write_bytes(data)
     started = [
-        _sharnn("compress", tmp_path / name, tmp_path / f"{name}.shz", "--streams", 4, "--threads", 2, env=env)
+        _sharnn("compress", tmp_path / name, "-o", tmp_path / f"{name}.shz", "--streams", 4, "--threads", 2, env=env)
         for name, env in encodings.items()
     ]
     for process, name in zip(started, encodings):
@@ -212,7 +212,7 @@ def test_a_portable_file_decodes_byte_for_byte_under_every_setting(tmp_path):
         running = {}
         for name in sources:
             out = tmp_path / f"{name}-{number}"
-            command = ("decompress", tmp_path / f"{name}.shz", out, "--quiet", "--threads", threads)
+            command = ("decompress", tmp_path / f"{name}.shz", "-o", out, "--quiet", "--threads", threads)
             running[name, out] = _sharnn(*command, env=env)
         for (name, out), process in running.items():
             _finish(process, f"decompress {name} under {setting}")

@@ -144,17 +144,17 @@ def test_an_output_being_written_is_refused_to_a_second_command(tmp_path, comman
     source = tmp_path / "in.bin"
     source.write_bytes(TEXT)
     if command == "decompress":
-        assert_ok(cli("compress", source, tmp_path / "packed", "--online", "--quiet"))
+        assert_ok(cli("compress", source, "-o", tmp_path / "packed", "--online", "--quiet"))
         source = tmp_path / "packed"
     dest = tmp_path / "out"
     with output_lock(dest):  # as another command writing it would
         assert_user_error(
-            cli(command, source, dest, "--quiet", *(["--online"] if command == "compress" else [])),
+            cli(command, source, "-o", dest, "--quiet", *(["--online"] if command == "compress" else [])),
             f"{dest} is in use by process {os.getpid()} (",
             "; wait for it or stop it",
         )
     assert not dest.exists()
-    assert_ok(cli(command, source, dest, "--quiet", *(["--online"] if command == "compress" else [])))
+    assert_ok(cli(command, source, "-o", dest, "--quiet", *(["--online"] if command == "compress" else [])))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         {"in.bin", "packed", "out"} if command == "decompress" else {"in.bin", "out"}
     )  # no lock file, no staging
@@ -308,7 +308,7 @@ def test_a_file_named_like_the_old_output_staging_survives_a_compress(tmp_path):
     source, dest = tmp_path / "in.bin", tmp_path / "out"
     source.write_bytes(TEXT)
     (tmp_path / ".out.tmp").write_text("precious")
-    assert_ok(cli("compress", source, dest, "--online", "--quiet"))
+    assert_ok(cli("compress", source, "-o", dest, "--online", "--quiet"))
     assert (tmp_path / ".out.tmp").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.tmp", "in.bin", "out"]
 

@@ -99,11 +99,11 @@ def test_eval_of_a_file_uses_the_default_model(shipped, tmp_path):
 def test_compress_with_no_model_round_trips_and_decodes_with_no_model(shipped, tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(bytes(range(256)) + b"Wikipedia is a free online encyclopedia.\r\n" * 30)
-    assert_ok(cli("compress", source, tmp_path / "text.shr"))
-    assert_ok(cli("decompress", tmp_path / "text.shr", tmp_path / "back.txt"))
+    assert_ok(cli("compress", source, "-o", tmp_path / "text.shr"))
+    assert_ok(cli("decompress", tmp_path / "text.shr", "-o", tmp_path / "back.txt"))
     assert (tmp_path / "back.txt").read_bytes() == source.read_bytes()
     # the file names the default model by its fingerprint, as one made with it named does
-    assert_ok(cli("compress", source, tmp_path / "named.shr", "--model", DEFAULT_MODEL))
+    assert_ok(cli("compress", source, "-o", tmp_path / "named.shr", "--model", DEFAULT_MODEL))
     assert (tmp_path / "named.shr").read_bytes() == (tmp_path / "text.shr").read_bytes()
 
 
@@ -111,8 +111,8 @@ def test_compress_with_no_model_round_trips_and_decodes_with_no_model(shipped, t
 def test_a_file_of_another_shipped_model_decodes_with_no_model(shipped, tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(b"<page><title>Anarchism</title>\n" * 20)
-    assert_ok(cli("compress", source, tmp_path / "fp32.shr", "--model", "tiny-fp32"))
-    assert_ok(cli("decompress", tmp_path / "fp32.shr", tmp_path / "back.txt"))
+    assert_ok(cli("compress", source, "-o", tmp_path / "fp32.shr", "--model", "tiny-fp32"))
+    assert_ok(cli("decompress", tmp_path / "fp32.shr", "-o", tmp_path / "back.txt"))
     assert (tmp_path / "back.txt").read_bytes() == source.read_bytes()
 
 
@@ -120,10 +120,14 @@ def test_a_file_of_another_shipped_model_decodes_with_no_model(shipped, tmp_path
 def test_a_file_of_a_model_not_shipped_needs_it_named(shipped, run_dir, tmp_path):
     source = tmp_path / "text.txt"
     source.write_bytes(b"<page><title>Anarchism</title>\n" * 20)
-    assert_ok(cli("compress", source, tmp_path / "run.shr", "--model", run_dir))  # fp32, not collapsed: not shipped
-    line = assert_user_error(cli("decompress", tmp_path / "run.shr", tmp_path / "back.txt"), "give it with --model")
+    assert_ok(
+        cli("compress", source, "-o", tmp_path / "run.shr", "--model", run_dir)
+    )  # fp32, not collapsed: not shipped
+    line = assert_user_error(
+        cli("decompress", tmp_path / "run.shr", "-o", tmp_path / "back.txt"), "give it with --model"
+    )
     assert "not shipped" in line and not (tmp_path / "back.txt").exists()
-    assert_ok(cli("decompress", tmp_path / "run.shr", tmp_path / "back.txt", "--model", run_dir))
+    assert_ok(cli("decompress", tmp_path / "run.shr", "-o", tmp_path / "back.txt", "--model", run_dir))
     assert (tmp_path / "back.txt").read_bytes() == source.read_bytes()
 
 
@@ -138,12 +142,14 @@ def test_with_nothing_shipped_the_default_is_refused_in_one_line(tmp_path, monke
     monkeypatch.setattr(shipped_module, "shipped_root", lambda: tmp_path / "none")
     assert shipped_names() == [] and shipped_folder(DEFAULT_MODEL) is None
     assert_user_error(cli("generate", "--max-bytes", "4"), f"no checkpoint at {DEFAULT_MODEL}", "shipped model: none")
-    assert_user_error(cli("compress", __file__, tmp_path / "out.shr"), "shipped model: none")
+    assert_user_error(cli("compress", __file__, "-o", tmp_path / "out.shr"), "shipped model: none")
     assert not (tmp_path / "out.shr").exists()
 
 
 def test_online_and_a_model_together_are_refused(shipped, tmp_path):
-    assert_user_error(cli("compress", __file__, tmp_path / "out.shr", "--online", "--model", DEFAULT_MODEL), "not both")
+    assert_user_error(
+        cli("compress", __file__, "-o", tmp_path / "out.shr", "--online", "--model", DEFAULT_MODEL), "not both"
+    )
 
 
 # ----------------------------------------------------------------------------- the real one

@@ -137,7 +137,7 @@ def test_bad_optimizer_and_schedule_settings_are_one_line(tmp_path):
         result = cli("train", "--preset", "tiny", "--out", tmp_path / "run", *setting)
         assert_user_error(result, message)
         assert not (tmp_path / "run").exists()
-    result = cli("compress", __file__, tmp_path / "out.shz", "--online", "lr_decay_steps=100")
+    result = cli("compress", __file__, "-o", tmp_path / "out.shz", "--online", "lr_decay_steps=100")
     assert_user_error(result, "lr_decay_steps=100: online mode takes only the settings its files record")
     assert not (tmp_path / "out.shz").exists()
 

@@ -162,10 +162,10 @@ def test_export_and_from_pretrained_give_the_same_logits(tmp_path, transformer_r
 def test_compress_with_a_transformer_round_trips_and_online_mode_refuses_it(tmp_path, transformer_run, corpus_file):
     source = tmp_path / "in.txt"
     source.write_bytes(corpus_file.read_bytes()[:1500])
-    assert_ok(cli("compress", "--model", transformer_run, source, tmp_path / "in.shc", "--quiet"))
-    assert_ok(cli("decompress", "--model", transformer_run, tmp_path / "in.shc", tmp_path / "out.txt", "--quiet"))
+    assert_ok(cli("compress", "--model", transformer_run, source, "-o", tmp_path / "in.shc", "--quiet"))
+    assert_ok(cli("decompress", "--model", transformer_run, tmp_path / "in.shc", "-o", tmp_path / "out.txt", "--quiet"))
     assert (tmp_path / "out.txt").read_bytes() == source.read_bytes()
-    result = cli("compress", "--online", source, tmp_path / "x.shc", "model.architecture=transformer")
+    result = cli("compress", "--online", source, "-o", tmp_path / "x.shc", "model.architecture=transformer")
     assert_user_error(result, "online mode trains an SHA-RNN")
     assert not (tmp_path / "x.shc").exists()
 

@@ -224,8 +224,8 @@ def compress(files, model_path, online, streams, mixing, threads, device, adapt,
     """Compress each FILE to FILE.shz (`-`: standard input to standard output), exactly
     invertible by `sharnn decompress` (docs/compression.md). Each FILE is kept (--rm
     removes it); FILE.shz takes its mode and modification time. Compressed data is never
-    written to a terminal. `sharnn compress SRC DEST` (DEST no file yet) is deprecated:
-    `-o DEST`."""
+    written to a terminal. Standard output carries the compressed data only (-c); each
+    file's summary goes to standard error, and -q prints nothing but errors."""
     coding = dict(online=online, streams=streams, device=device, precision=precision, adapt=adapt, mixing=mixing)
     console.code_files(files, how, coding, model=model_path, threads=threads)
 
@@ -245,8 +245,8 @@ def compress(files, model_path, online, streams, mixing, threads, device, adapt,
 def decompress(files, model_path, threads, **how):
     """Decompress each FILE.shz to FILE (`-`: standard input to standard output): the
     streams' CRC32 is checked before anything is written; on any mismatch nothing is. Each
-    FILE.shz is kept (--rm removes it); FILE takes its mode and modification time.
-    `sharnn decompress SRC DEST` (DEST no file yet) is deprecated: `-o DEST`."""
+    FILE.shz is kept (--rm removes it); FILE takes its mode and modification time. The
+    summary goes to standard error; -q prints nothing but errors."""
     console.code_files(files, how, None, model=model_path, threads=threads)
 
 

@@ -286,8 +286,10 @@ _SETTING = re.compile(r"[A-Za-z_][\w.]*=")
 def file_options(command=None, *, compressing: bool = False):
     """The options of compress and decompress that say what becomes of each FILE."""
     options = [
-        click.option("--quiet", "-q", is_flag=True, help="No progress bar or progress lines."),
-        click.option("--verbose", "-v", is_flag=True, help="Each file's summary and what its compressed file records."),
+        click.option(
+            "--quiet", "-q", is_flag=True, help="Nothing but errors: no progress, no summary, no note, no notice."
+        ),
+        click.option("--verbose", "-v", is_flag=True, help="Below each summary, what its compressed file records."),
         click.option("--list", "-l", "list_", is_flag=True, help="Print what each FILE.shz says about itself."),
         click.option("--test", "-t", is_flag=True, help="Decode and check each FILE.shz; write nothing."),
         click.option("--rm", is_flag=True, help="Remove each FILE once its output is written."),
@@ -320,7 +322,9 @@ def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int
     (a missing file, a folder, a symbolic link without ``-f``, an output that exists or
     cannot be written is refused at once); then each is coded, all or nothing. With
     several, a failure is one line and the next file goes on, and the exit status is 1.
-    ``-v`` adds what each compressed file records, on standard error."""
+    Standard output carries data (``-c``, ``-o -``) and ``-l``'s listing only: each file's
+    summary, ``-v``'s details, notes and progress go to standard error, and ``-q`` leaves
+    errors alone there."""
     files = [a for a in arguments if not (_SETTING.match(a) and not os.path.lexists(a))]
     settings = [a for a in arguments if a not in files]
     mode = _mode(how, coding is not None)
@@ -336,51 +340,49 @@ def code_files(arguments, how: dict, coding: dict | None, *, model, threads: int
     work = {"model": model, "threads": threads, "force": how["force"], "quiet": how["quiet"]}
     if mode == "compress":
         work |= coding | {"settings": settings, "threads": threads or 1, "device": coding["device"] or "cpu"}
-    old = len(files) == 2 and _old_form(how, files[1])
-    sources = files[:1] if old else files
     jobs, failed = [], 0
-    for source in sources:
+    for source in files:
         try:
-            if old:
-                _old_destination(source, files[1], how)
-            jobs.append((source, files[1] if old else _destination(source, how, mode, files)))
+            jobs.append((source, _destination(source, how, mode, files)))
         except (SharnnError, OSError) as e:
-            if len(sources) == 1:
+            if len(files) == 1:
                 raise
             click.echo(error_line(e), err=True)
             failed += 1
     if jobs:
-        _load_coding(click.get_current_context().command_path)
+        _load_coding(click.get_current_context().command_path, quiet=how["quiet"])
     for number, (source, dest) in enumerate(jobs):
         if mode == "list" and number:
             click.echo()  # a blank line between two files' blocks
         try:
             _code_one(source, dest, mode, work, remove=how["rm"], verbose=how["verbose"])
         except (SharnnError, OSError) as e:
-            if len(sources) == 1 or isinstance(e, Interrupted):
+            if len(files) == 1 or isinstance(e, Interrupted):
                 raise
             click.echo(error_line(e), err=True)
             failed += 1
-    _notes(old, mode, coding)
+    if coding is not None and mode == "compress" and not how["quiet"]:
+        _precision_note(coding)
     if failed:
         sys.exit(1)
 
 
 @cache
-def _load_coding(doing: str) -> None:
+def _load_coding(doing: str, quiet: bool) -> None:
     """Import the coding commands and load the compiled kernels with Python's cyclic
     garbage collector off, then freeze what they made, as :func:`_import_torch` does for
     torch: they live as long as the process, and the collector's passes over its oldest
     generation, each reading them all again, cost about 0.3 s of each `sharnn compress`
     (measured: 3 to 4 passes of 0.03 to 0.11 s as the imports grew the heap to 200,000
     objects, and one more while coding). Once per process; torch first (:func:`_import_torch`),
-    which the coding commands load only once their files are checked."""
+    which the coding commands load only once their files are checked. ``quiet``: the
+    kernels' notices (a first compile, a cache that cannot be used) are not printed."""
     _import_torch(doing)
     with _collector_off_then_frozen():
         from .commands import compress, decompress  # noqa: F401
         from .compiled import ensure_compiled
 
-        ensure_compiled()
+        ensure_compiled((lambda line: None) if quiet else None)
 
 
 def _mode(how: dict, compressing: bool) -> str:
@@ -413,22 +415,6 @@ def _check_outputs(how: dict, mode: str, files: list[str]) -> None:
         raise click.UsageError(f"-c writes one compressed file: give one FILE, not {len(files)}")
 
 
-def _old_form(how: dict, second: str) -> bool:
-    """``SRC DEST`` as before 0.5 (deprecated): two FILEs, the second ``-`` or no file at
-    all (never one that exists, which is an input), and no option of xz's but ``-f``."""
-    xz = any(how.get(flag) for flag in ("output", "to_stdout", "keep", "rm", "test", "list_", "decompress"))
-    return not xz and (second == "-" or not os.path.lexists(second))
-
-
-def _old_destination(source: str, dest: str, how: dict) -> None:
-    """The checks of :func:`_destination` for the old form's ``SRC DEST``."""
-    from .commands.names import check_source
-    from .files import check_destination
-
-    check_destination(source, dest, how["force"], ConfigError)
-    check_source(source, follow_links=how["force"])
-
-
 def _destination(source: str, how: dict, mode: str, files: list[str]) -> str | None:
     """Where ``source``'s output goes: -o, -c, nowhere (-t, -l) or its name by default,
     never one of the inputs; ``source`` and the output checked as far as they can be
@@ -452,9 +438,9 @@ def _destination(source: str, how: dict, mode: str, files: list[str]) -> str | N
 
 
 def _code_one(source: str, dest: str | None, mode: str, work: dict, *, remove: bool, verbose: bool) -> None:
-    """One FILE: code it, print its line (on standard error when the output is standard
-    output; with -v, what the compressed file records too, on standard error), and remove
-    it with --rm once its output is written."""
+    """One FILE: code it, print its summary on standard error (not with -q; with -v, what
+    the compressed file records below it), and remove it with --rm once its output is
+    written."""
     import sharnn
 
     if mode == "list":
@@ -466,7 +452,8 @@ def _code_one(source: str, dest: str | None, mode: str, work: dict, *, remove: b
         done = sharnn.compress_file(source, dest, model, **options)
     else:
         done = sharnn.decompress_file(source, dest, model, **options)
-    click.echo(done.format(source), err=dest == "-")  # on standard error when the output is standard output
+    if not work["quiet"]:
+        click.echo(done.format(source), err=True)
     if verbose:
         click.echo(_details(done), err=True)
     if remove and source != "-":
@@ -485,16 +472,10 @@ def _details(done) -> str:
     return "\n".join(f"  {key + ':':<16}{rows[key]}" for key in ("model", "arithmetic", "coded on"))
 
 
-def _notes(old: bool, mode: str, coding: dict | None) -> None:
-    """What the user should know once the work is done, on standard error."""
+def _precision_note(coding: dict) -> None:
+    """The note a precision that leaves out the adaptive mixing asks for, on standard error."""
     from .commands.compress import precision_note
 
-    if coding is not None and mode == "compress":
-        note = precision_note(coding["precision"], coding["online"], coding["adapt"])
-        if note:
-            click.echo(note, err=True)
-    if old:
-        click.echo(
-            f"note: `sharnn {mode} SRC DEST` is deprecated and goes in 0.6: write `sharnn {mode} SRC -o DEST`",
-            err=True,
-        )
+    note = precision_note(coding["precision"], coding["online"], coding["adapt"])
+    if note:
+        click.echo(note, err=True)
