@@ -20,7 +20,7 @@ import pytest
 
 import sharnn.commands.compress as compressing
 from helpers import SUBPROCESS_ENV, assert_ok, assert_user_error, cli, shared_run
-from sharnn import compiled, files
+from sharnn import compiled, console, files
 from sharnn.coding.container import as_bytes, parse
 from sharnn.errors import ConfigError
 
@@ -159,13 +159,28 @@ def test_no_folder_for_the_kernel_cache_compiles_in_memory(folder):
     done = _sharnn("compress", "--model", MODEL, "a.txt", cwd=folder, env=nowhere | {"HOME": "/dev/null"})
     assert done.returncode == 0, done.stderr
     notice, summary = done.stderr.decode().splitlines()
-    assert notice == (
-        "sharnn: no folder to cache its kernels in (the package's and ~/.cache are read-only; NUMBA_CACHE_DIR "
-        "names one): compiling them in memory, for this process only"
-    )
+    assert notice == compiled.NO_CACHE_NOTICE
     assert summary.startswith("compressed a.txt: ") and (folder / "a.txt.shz").is_file()
-    quiet = _sharnn("compress", "--model", MODEL, "-q", "-f", "a.txt", cwd=folder, env=nowhere | {"HOME": "/dev/null"})
-    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, b"", b"")
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_quiet_silences_the_notice_of_kernels_compiled_in_memory(tmp_path, monkeypatch, capsys, quiet):
+    """What the coding commands load (``console._load_coding``), with one kernel for which
+    numba finds no folder to cache in: its notice, or nothing with -q."""
+    source = tmp_path / "kernels_nowhere.py"
+    source.write_text(
+        "from sharnn import compiled\n\n@compiled.kernel('int64(int64)')\ndef twice(x):\n    return 2 * x\n"
+    )
+    monkeypatch.setattr(compiled, "KERNELS", [])
+    monkeypatch.setattr(compiled, "UNCACHED", [])
+    monkeypatch.setattr(compiled, "_compiled", False)
+    monkeypatch.setattr(numba.core.caching.CacheImpl, "_locator_classes", [])  # no folder anywhere
+    twice = _load_kernel_module(source, "kernels_nowhere").twice
+    assert compiled.UNCACHED == [twice]
+    capsys.readouterr()
+    console._load_coding.__wrapped__("sharnn compress", quiet)
+    notices = capsys.readouterr().err.splitlines()
+    assert notices == ([] if quiet else [compiled.NO_CACHE_NOTICE]) and twice(21) == 42
 
 
 @pytest.mark.slow  # real processes

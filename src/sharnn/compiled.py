@@ -47,6 +47,11 @@ INLINED: list = []  # every helper compiled into the kernels that call it, for t
 PARALLEL_KERNELS: list = []  # the kernels compiled with parallel=True
 UNCACHED: list = []  # the kernels numba found no folder to cache in (compiled in memory)
 
+NO_CACHE_NOTICE = (
+    "sharnn: no folder to cache its kernels in (the package's and ~/.cache are read-only; "
+    "NUMBA_CACHE_DIR names one): compiling them in memory, for this process only"
+)
+
 _compiled = False
 _pool_started = False
 
@@ -172,10 +177,7 @@ def ensure_compiled(say: Callable[[str], None] | None = None) -> float:
     say = say or _to_standard_error
     start, told = time.perf_counter(), set()
     if UNCACHED:
-        say(
-            "sharnn: no folder to cache its kernels in (the package's and ~/.cache are read-only; "
-            "NUMBA_CACHE_DIR names one): compiling them in memory, for this process only"
-        )
+        say(NO_CACHE_NOTICE)
     for dispatcher in KERNELS:
         for kind, notice in compile_kernel(dispatcher).items():
             if kind not in told:
