@@ -238,6 +238,7 @@ def test_compress_d_is_decompress_and_refuses_what_only_compressing_takes(folder
     [
         (["-o", "x", "a.txt", "b.txt"], "-o names one output"),
         (["-o", "x", "-c", "a.txt"], "give -o FILE or -c, not both"),
+        (["-o", "", "a.txt"], "-o names no file"),
         (["--rm", "-c", "a.txt"], "--rm removes FILE once its output file is written"),
         (["--rm", "-k", "a.txt"], "--rm removes FILE"),
         (["-t", "-o", "x", "a.txt.shz"], "-t writes nothing"),

@@ -405,6 +405,8 @@ def _check_outputs(how: dict, mode: str, files: list[str]) -> None:
     """Refuse the file options that contradict each other or the mode (usage errors)."""
     if how["output"] is not None and how["to_stdout"]:
         raise click.UsageError("give -o FILE or -c, not both")
+    if how["output"] == "":
+        raise click.UsageError("-o names no file: give a name, or - for standard output")
     if mode in ("test", "list") and (how["output"] is not None or how["to_stdout"] or how["rm"]):
         raise click.UsageError(f"-{mode[0]} writes nothing: no -o, -c or --rm")
     if how["rm"] and (how["keep"] or how["to_stdout"] or how["output"] == "-"):
@@ -453,7 +455,9 @@ def _code_one(source: str, dest: str | None, mode: str, work: dict, *, remove: b
     else:
         done = sharnn.decompress_file(source, dest, model, **options)
     if not work["quiet"]:
-        click.echo(done.format(source), err=True)
+        from .commands.compress import shown_name
+
+        click.echo(done.format(shown_name(source)), err=True)
     if verbose:
         click.echo(_details(done), err=True)
     if remove and source != "-":
