@@ -133,22 +133,26 @@ def _import_torch(doing: str) -> None:
     standard output at exit when that is a terminal, bytes no command of ours wrote."""
     if "torch" in sys.modules:
         return
-    from .runtime import check_address_space
-
-    check_address_space(doing)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     with _collector_off_then_frozen():
         if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
-            import torch
-
+            _checked_import(doing)
             return
         previous = {sig: signal.signal(sig, _exit_at_once) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            import torch  # noqa: F401
+            _checked_import(doing)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _checked_import(doing: str) -> None:
+    """The address-space check (it imports a module of ours), then torch."""
+    from .runtime import check_address_space
+
+    check_address_space(doing)
+    import torch  # noqa: F401
 
 
 @contextmanager
