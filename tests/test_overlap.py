@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sharnn.data.overlap as overlap_module
-from sharnn.data.overlap import SHINGLE, Overlap, overlap, shingle_hashes
+from sharnn.data.overlap import MIN_DISTINCT, SHINGLE, Overlap, ShingleSet, informative, overlap, shingle_hashes
 
 ALICE = (
     b"Alice was beginning to get very tired of sitting by her sister on the bank, and of having "
@@ -18,10 +18,13 @@ ALICE = (
 )
 
 
-def _literal(text: bytes, corpus: list[bytes]) -> int:
-    """The definition: windows of ``text`` that are a window of some document."""
+def _literal(text: bytes, corpus: list[bytes]) -> tuple[int, int]:
+    """The definition: ``text``'s windows of at least MIN_DISTINCT distinct bytes, and
+    those of them that are a window of some document."""
     windows = {d[i : i + SHINGLE] for d in corpus for i in range(len(d) - SHINGLE + 1)}
-    return sum(text[i : i + SHINGLE] in windows for i in range(len(text) - SHINGLE + 1))
+    every = (text[i : i + SHINGLE] for i in range(len(text) - SHINGLE + 1))
+    counted = [w for w in every if len(set(w)) >= MIN_DISTINCT]
+    return len(counted), sum(w in windows for w in counted)
 
 
 def test_a_copy_is_all_found_and_other_text_none():
@@ -43,11 +46,14 @@ def test_a_quoted_passage_counts_its_windows_and_no_window_spans_two_documents()
 @pytest.mark.parametrize("seed", range(4))
 def test_the_count_is_the_literal_definition_s_on_random_texts(seed):
     rng = np.random.default_rng(seed)
-    letters = np.frombuffer(b"ab \n", dtype=np.uint8)  # few letters: many windows repeat
-    text = letters[rng.integers(0, 4, 600)].tobytes()
-    corpus = [letters[rng.integers(0, 4, int(n))].tobytes() for n in rng.integers(0, 400, 6)]
+    letters = np.frombuffer(b"abcdefgh \n", dtype=np.uint8)  # windows of 6 to 10 distinct bytes
+    skewed = np.array([20, 20, 20, 10, 10, 5, 5, 4, 4, 2]) / 100
+    text = letters[rng.choice(10, 600, p=skewed)].tobytes()
+    corpus = [letters[rng.choice(10, int(n), p=skewed)].tobytes() for n in rng.integers(0, 400, 6)]
     corpus += [text[int(a) : int(a) + 80] for a in rng.integers(0, 520, 3)]
-    assert overlap({"t": text}, corpus)["t"].found == _literal(text, corpus)
+    windows, found = _literal(text, corpus)
+    assert 0 < windows < len(text) - SHINGLE + 1 and found > 0
+    assert overlap({"t": text}, corpus)["t"] == Overlap(windows, found)
 
 
 def test_a_document_longer_than_a_chunk_is_read_in_overlapping_chunks(monkeypatch):
@@ -61,3 +67,14 @@ def test_hashes_are_of_the_window_s_bytes_alone():
     assert hashes.dtype == np.uint64 and len(hashes) == 2 * len(ALICE) - SHINGLE + 1
     assert hashes[0] == hashes[len(ALICE)] and len(set(hashes[: len(ALICE) - SHINGLE + 1].tolist())) > 200
     assert len(shingle_hashes(b"x" * (SHINGLE - 1))) == 0 and len(shingle_hashes(b"x" * SHINGLE)) == 1
+
+
+def test_runs_rules_and_padding_are_not_counted():
+    ruled = b"-" * 40 + b"\n" + b" " * 40 + ALICE[:60] + b"\x00" * 64
+    flags = informative(ruled)
+    literal = [len(set(ruled[i : i + SHINGLE])) >= MIN_DISTINCT for i in range(len(ruled) - SHINGLE + 1)]
+    assert flags.tolist() == literal and not flags[:50].any() and flags.sum() > 50
+    text = b"=" * 100 + b"\n"
+    assert overlap({"ruled": text}, [text])["ruled"] == Overlap(0, 0)  # nothing to count
+    assert ShingleSet([b"=" * 100]).found_in(b"=" * 500) == 0
+    assert ShingleSet([ALICE]).found_in(b"=" * 50 + ALICE + b"=" * 50) == len(ALICE) - SHINGLE + 1

@@ -51,8 +51,7 @@ def prepare():
     default=None,
     help="enwik8.zip or the raw enwik8 file: a path or an http(s) URL [default: the canonical URL].",
 )
-@console.out_option
-@console.force_out_option
+@console.new_folder_options
 def prepare_enwik8_command(source, out, force):
     """Check enwik8 (size, MD5) and split it 90M / 5M / 5M."""
     from .commands import prepare
@@ -69,11 +68,9 @@ def prepare_enwik8_command(source, out, force):
     "(.gz or not) [default: the copy bundled with sharnn].",
 )
 @click.option("--tokenizer", default="words", show_default=True, help="bytes, words or bpe:N (e.g. bpe:8000).")
-@console.out_option
-@console.force_out_option
+@console.new_folder_options
 def prepare_wikitext2_command(source, tokenizer, out, force):
-    """Check WikiText-2 (v1, tokenized) against its published counts and checksums and
-    tokenize it (docs/tokenization.md)."""
+    """Check WikiText-2 (v1) against its published counts and checksums; tokenize it (docs/tokenization.md)."""
     from .commands import prepare
 
     _echo_lines(prepare.wikitext2(source, out, tokenizer, force))
@@ -81,20 +78,26 @@ def prepare_wikitext2_command(source, tokenizer, out, force):
 
 @prepare.command("corpus")
 @click.argument("source", type=click.Path(path_type=Path))
-@console.out_option
-@click.option(
-    "--valid-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True)
-)
-@click.option(
-    "--test-fraction", default=0.05, show_default=True, type=click.FloatRange(0, 0.5, min_open=True, max_open=True)
-)
+@click.option("--valid-fraction", default=0.05, show_default=True, type=console.fraction_type)
+@click.option("--test-fraction", default=0.05, show_default=True, type=console.fraction_type)
 @click.option("--tokenizer", default="bytes", show_default=True, help="bytes or bpe:N (trained on the train split).")
-@console.force_out_option
+@console.new_folder_options
 def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer, force):
     """Any file or folder of files (concatenated), split by position."""
     from .commands import prepare
 
     _echo_lines(prepare.corpus(source, out, valid_fraction, test_fraction, tokenizer, force))
+
+
+@prepare.command("english")
+@click.option("--source", "root", default="/", type=click.Path(path_type=Path), help="Root of the packages.")
+@click.option("--exclude", multiple=True, type=click.Path(path_type=Path), help="Texts no document may hold.")
+@console.new_folder_options
+def prepare_english_command(root, exclude, out, force):
+    """English from named Debian packages, held out by document (docs/data.md, "English")."""
+    from .commands import prepare
+
+    _echo_lines(prepare.english(root, exclude, out, force))
 
 
 @main.command()

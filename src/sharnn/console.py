@@ -203,6 +203,15 @@ force_out_option = click.option(
     is_flag=True,
     help="Replace --out if it is a symbolic link (the link, never its target); an existing folder is never replaced.",
 )
+
+
+def new_folder_options(command):
+    """``--out`` and ``--force`` of the commands that create a folder (``sharnn prepare``)."""
+    return out_option(force_out_option(command))
+
+
+fraction_type = click.FloatRange(0, 0.5, min_open=True, max_open=True)
+"""A split's share of a corpus (``--valid-fraction``, ``--test-fraction``)."""
 quiet_option = click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 split_option = click.option("--split", type=click.Choice(["valid", "test"]), default="test", show_default=True)
 bptt_option = click.option(

@@ -4,10 +4,19 @@ work) with the lines the command prints for it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from ..data import english as english_corpus
 from ..data.corpus import SPLITS, load_corpus
-from ..data.prepare import ENWIK8_URL, prepare_corpus, prepare_enwik8, prepare_wikitext2, prepared_report
+from ..data.prepare import (
+    ENWIK8_URL,
+    prepare_corpus,
+    prepare_english,
+    prepare_enwik8,
+    prepare_wikitext2,
+    prepared_report,
+)
 
 
 def enwik8(source: str | None, out: Path, force: bool = False) -> list[str]:
@@ -37,3 +46,10 @@ def corpus(
     """``sharnn prepare corpus``: any file or folder of files, split by position; the lines
     it prints (:func:`sharnn.data.prepare.prepared_report`)."""
     return list(prepared_report(prepare_corpus(source, out, valid_fraction, test_fraction, tokenizer, force=force)))
+
+
+def english(root: Path, exclude: tuple[Path, ...], out: Path, force: bool = False) -> list[str]:
+    """``sharnn prepare english``: the lines it prints, a source each, then the overlap."""
+    folder = prepare_english(out, root, exclude, force=force)
+    meta = json.loads((folder / "meta.json").read_text())
+    return [*english_corpus.report(meta), *prepared_report(folder)]

@@ -18,7 +18,7 @@ import tempfile
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..files import check_new, output_lock, parent_folders, publish, staging_folder
+from . import english
 from .corpus import SPLITS, bundled_wikitext2, load_corpus, read_bytes, split_by_position
 from .tokenizer import ByteTokenizer, Tokenizer, check_round_trip, check_spec, make_tokenizer, save_tokenizer
 
@@ -156,6 +157,31 @@ def _prepare_corpus(source: str | Path, out: Path, valid_fraction: float, test_f
         splits = tokenize_splits(made, dict(zip(SPLITS, texts)), str(source))
     _write_prepared(out, splits, made, meta)
     return out
+
+
+def prepare_english(
+    out: str | Path, root: str | Path = "/", exclude: Iterable[str | Path] = (), force: bool = False
+) -> Path:
+    """Build the corpus of English as people write it (:mod:`sharnn.data.english`) from the
+    Debian packages installed under ``root``, without the documents that hold a text under
+    ``exclude`` (files or folders: the benchmark texts), as a prepared folder of bytes
+    whose ``meta.json`` is the manifest (sources, licences, SHA-256, overlap).
+
+    Raises:
+        DataError: a source with no file under ``root`` (its package named), an
+            unreadable file, an ``exclude`` path that does not exist; ``out`` exists
+            (without ``force``: a symbolic link). Nothing is created then.
+        LockError: another process is writing ``out``.
+    """
+    excluded = english.read_excluded(exclude)
+    with _new_folder(out, force) as out:
+        splits, manifest = english.build(Path(root), excluded)
+        small = [name for name, text in zip(SPLITS, splits) if len(text) < 2]
+        if small:
+            raise DataError(f"{root}: too few documents for a {small[0]} split (one in {english.HOLD_OUT} of a source)")
+        arrays = [np.frombuffer(text, dtype=np.uint8) for text in splits]
+        _write_prepared(out, arrays, ByteTokenizer(), {"source": str(root), "name": "english", **manifest})
+        return out
 
 
 def prepared_report(folder: str | Path) -> list[str]:
