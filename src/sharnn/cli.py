@@ -90,7 +90,7 @@ def prepare_corpus_command(source, out, valid_fraction, test_fraction, tokenizer
 
 
 @prepare.command("english")
-@click.option("--source", "root", default="/", type=click.Path(path_type=Path), help="Root of the packages.")
+@click.option("--source", "root", default="/", show_default=True, type=Path, help="Where the packages are installed.")
 @click.option("--exclude", multiple=True, type=click.Path(path_type=Path), help="Texts no document may hold.")
 @console.new_folder_options
 def prepare_english_command(root, exclude, out, force):
