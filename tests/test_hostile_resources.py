@@ -5,7 +5,7 @@ half-written file.
 Below about 1 GB, torch, OpenBLAS and numba's LLVM fail inside native code that no Python
 can catch: LLVM aborts ("Buffer allocation failed", "Allocation failed"), scipy's OpenBLAS
 retries its buffer for ever, numpy's exits with its own line. So the commands refuse such
-a limit before any of them loads (:func:`sharnn.runtime.check_address_space`); past it,
+a limit before any of them loads (:func:`sharnn.address_space.check_address_space`); past it,
 what fails is an allocation the commands refuse in one line.
 
 Limits are real limits in a subprocess (``preexec_fn``), or a patched ``getrlimit`` in
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+import sharnn.address_space as address_space
 import sharnn.runtime as runtime
 from helpers import SUBPROCESS_ENV, write_small_corpus
 from sharnn.errors import ConfigError
@@ -98,14 +99,14 @@ def limit(monkeypatch):
 
 def test_without_an_address_space_limit_nothing_is_checked_or_set(limit):
     limit(None)
-    runtime.check_address_space("sharnn compress", need=1 << 60)
+    address_space.check_address_space("sharnn compress", need=1 << 60)
     assert "OPENBLAS_NUM_THREADS" not in os.environ
 
 
 def test_a_limit_below_what_the_libraries_map_is_refused_in_one_line(limit):
     limit(1_000_000 << 10)  # ulimit -v 1000000, the issue's
     with pytest.raises(ConfigError) as refused:
-        runtime.check_address_space("sharnn compress")
+        address_space.check_address_space("sharnn compress")
     message = str(refused.value)
     assert "\n" not in message
     assert message.startswith("sharnn compress needs an address space of at least 1.28 GiB")
@@ -115,20 +116,20 @@ def test_a_limit_below_what_the_libraries_map_is_refused_in_one_line(limit):
 
 def test_a_limit_past_what_the_libraries_map_passes(limit):
     limit(2 << 30)
-    runtime.check_address_space("sharnn compress")
+    address_space.check_address_space("sharnn compress")
     with pytest.raises(ConfigError, match=r"at least 2\.28 GiB"):  # the context tables too
-        runtime.check_address_space(
-            "sharnn compress", runtime.LIBRARIES_ADDRESS_SPACE + runtime.CONTEXT_TABLES_ADDRESS_SPACE
+        address_space.check_address_space(
+            "sharnn compress", address_space.LIBRARIES_ADDRESS_SPACE + address_space.CONTEXT_TABLES_ADDRESS_SPACE
         )
 
 
 def test_the_need_grows_with_the_cpus_and_the_openblas_threads(limit, monkeypatch):
     limit(2 << 30, cpus=64)  # 1.25 GiB and 63 x 32 MiB: 3.22 GiB
     with pytest.raises(ConfigError, match=r"at least 3\.22 GiB"):
-        runtime.check_address_space("sharnn compress")
+        address_space.check_address_space("sharnn compress")
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")  # the user's: kept, and counted
     with pytest.raises(ConfigError, match=r"at least 3\.88 GiB"):
-        runtime.check_address_space("sharnn compress")
+        address_space.check_address_space("sharnn compress")
     assert os.environ["OPENBLAS_NUM_THREADS"] == "8"
 
 
@@ -150,7 +151,7 @@ def test_a_mapping_the_system_refuses_is_out_of_memory():
 @pytest.mark.slow  # a real process
 def test_the_check_loads_no_library():
     code = (
-        "import sys; import sharnn.runtime; "
+        "import sys; import sharnn.address_space; "
         "print(sorted(m for m in ('torch', 'numpy', 'numba', 'scipy') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sharnn"
 # never from its own floor's other units nor from above.
 FLOORS = [
     {"errors"},
-    {"files", "config_check", "progress", "compiled", "tables"},
+    {"files", "config_check", "progress", "compiled", "tables", "address_space"},
     {"models", "data"},  # the model library and the data streams: independent of each other
     {"config"},  # TrainConfig holds a SHARNNConfig
     {"runtime"},

@@ -111,7 +111,7 @@ def _stopped_by_signal(line: str, status: int):
 def _import_torch(doing: str) -> None:
     """Import torch, which every command (``doing``: ``sharnn compress``) uses, once the
     process's address-space limit is known to hold the libraries
-    (:func:`sharnn.runtime.check_address_space`: below it they abort), with Ctrl-C and SIGTERM ending the process
+    (:func:`sharnn.address_space.check_address_space`: below it they abort), with Ctrl-C and SIGTERM ending the process
     at once (one line, status 130 or 143): torch's import catches some exceptions and goes
     on half done, so an exception raised inside it can turn into another error (and a
     traceback) further on.
@@ -149,7 +149,7 @@ def _import_torch(doing: str) -> None:
 
 def _checked_import(doing: str) -> None:
     """The address-space check (it imports a module of ours), then torch."""
-    from .runtime import check_address_space
+    from .address_space import check_address_space
 
     check_address_space(doing)
     import torch  # noqa: F401

@@ -1,7 +1,5 @@
 """Where and how a model runs: the device, the precision and the fast path; and whether
-it fits in the memory this process may hold (:func:`check_memory`, :func:`build_within_memory`),
-and whether the libraries fit in its address space (:func:`check_address_space`, before they load:
-this module imports torch only inside the functions that use it).
+it fits in the memory this process may hold (:func:`check_memory`, :func:`build_within_memory`).
 
 Training, evaluation, generation and the benchmarks each resolve one :class:`Runtime` and
 go through it for the device, the autocast context and the set-up of the fast path
@@ -19,35 +17,24 @@ import contextlib
 import errno
 import os
 import resource
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import torch
 
 from .config import FAST_PATH, PRECISIONS
 from .errors import ConfigError
+from .models.build import LanguageModel, build_model, parameter_count
+from .models.config import SHARNNConfig
+from .models.sharnn import SHARNN
 
-if TYPE_CHECKING:  # torch loads in the functions that use it: check_address_space runs before it
-    import torch
-
-    from .models.build import LanguageModel
-    from .models.config import SHARNNConfig
-    from .models.sharnn import SHARNN
-
-
-def _autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype of ``precision`` (fp32, bf16, fp16): None for fp32."""
-    import torch
-
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def resolve_device(name: str = "auto") -> torch.device:
     """``auto`` -> CUDA when available, else CPU. Raises :class:`ConfigError` for a device
     that does not exist or is not available here."""
-    import torch
-
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -65,8 +52,6 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 def autocast(device_type: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     """Autocast to ``dtype`` on ``device_type`` ("cpu", "cuda"); None: no autocast, fp32."""
-    import torch
-
     return torch.autocast(device_type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
@@ -115,7 +100,7 @@ class Runtime:
         cuda = resolved.type == "cuda"
         if precision == "fp16" and not cuda:
             raise ConfigError("precision fp16 needs CUDA; use bf16 or fp32 on CPU")
-        dtype = _autocast_dtype("bf16" if cuda else "fp32") if precision == "auto" else _autocast_dtype(precision)
+        dtype = (torch.bfloat16 if cuda else None) if precision == "auto" else AUTOCAST_DTYPES[precision]
         fast = cuda if fast_path == "auto" else fast_path == "on"
         return cls(resolved, dtype, fast, compile=fast and compile, recompute=recompute)
 
@@ -132,14 +117,10 @@ class Runtime:
 
     def grad_scaler(self) -> torch.amp.GradScaler:
         """A loss scaler, enabled only for fp16 (bf16 has fp32's range)."""
-        import torch
-
         return torch.amp.GradScaler(self.device.type, enabled=self.autocast_dtype == torch.float16)
 
     def prepare(self, model: SHARNN) -> SHARNN:
         """Move ``model`` to the device and set it up to run this way; returns it."""
-        import torch
-
         model.to(self.device)
         if self.fast_path:
             model.set_attn_implementation("sdpa", memory_dtype=torch.bfloat16)
@@ -155,8 +136,6 @@ class Runtime:
 
     def describe(self) -> str:
         """One line, e.g. ``cuda, bf16 autocast, fast path (compiled)``."""
-        import torch
-
         precision = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast"}[self.autocast_dtype]
         path = ("fast path" + (" (compiled)" if self.compile else "")) if self.fast_path else "eager reference path"
         return f"{self.device}, {precision}, {path}" + (", recompute" if self.recompute else "")
@@ -203,10 +182,8 @@ def out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` is an allocation that failed: Python's ``MemoryError``, torch's
     (``DefaultCPUAllocator: can't allocate memory`` on the CPU, ``OutOfMemoryError`` on CUDA),
     or a mapping the system refused (an ``OSError`` ENOMEM: ``mmap`` past ``ulimit -v``)."""
-    torch = sys.modules.get("torch")  # not loaded here, out of memory: an error that is not torch's
     return (
-        isinstance(error, MemoryError)
-        or (torch is not None and isinstance(error, torch.OutOfMemoryError))
+        isinstance(error, (MemoryError, torch.OutOfMemoryError))
         or (isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
         or (isinstance(error, OSError) and error.errno == errno.ENOMEM)
     )
@@ -224,8 +201,6 @@ def check_model_memory(config: SHARNNConfig, bytes_per_parameter: int, doing: st
     Raises:
         ConfigError: an invalid config; a model too large for this process's memory.
     """
-    from .models.build import parameter_count
-
     parameters = parameter_count(config)
     check_memory(parameters * bytes_per_parameter, f"{doing} a model of {parameters:,} parameters")
     return parameters
@@ -250,55 +225,9 @@ def build_within_memory(config: SHARNNConfig, bytes_per_parameter: int, doing: s
     Raises:
         ConfigError: an invalid config; a model too large for this process's memory.
     """
-    from .models.build import build_model
-
     parameters = check_model_memory(config, bytes_per_parameter, doing)
     limit, what = memory_limit()
     with out_of_memory_as(
         ConfigError, f"{doing} a model of {parameters:,} parameters ran out of memory ({what}: {gib(limit)})"
     ):
         return build_model(config)
-
-
-# What the coding commands map before their first position (torch, numpy's and scipy's
-# OpenBLAS, numba with LLVM and its compiled kernels, the shipped model), measured with
-# `ulimit -v` on one CPU: below 1,037 MB it fails inside a library, which no Python code
-# can catch: an abort (LLVM's "Buffer allocation failed", "Allocation failed", "Unable to
-# allocate section memory!", torch's std::bad_alloc), scipy's OpenBLAS retrying its buffer
-# for ever, numpy's exiting with its own line. Each further CPU: 13 MB (numba's and torch's
-# thread stacks) with OpenBLAS on one thread; each further OpenBLAS thread 75 MB (two
-# libraries, each a thread and a 32 MiB buffer). Past these, what fails is an allocation
-# the commands refuse in one line (the model, the coding's context tables).
-LIBRARIES_ADDRESS_SPACE = 5 << 28  # 1.25 GiB
-ADDRESS_SPACE_PER_CPU = 32 << 20
-ADDRESS_SPACE_PER_OPENBLAS_THREAD = 96 << 20
-CONTEXT_TABLES_ADDRESS_SPACE = 1 << 30  # the adaptive mixing's tables: 963 MB more for 4 KB (compress, decompress)
-
-
-def check_address_space(doing: str, need: int = LIBRARIES_ADDRESS_SPACE) -> None:
-    """Refuse in one line a process whose address-space limit (``ulimit -v``,
-    ``RLIMIT_AS``) is below ``need`` (the libraries' :data:`LIBRARIES_ADDRESS_SPACE`, to
-    which a caller may add :data:`CONTEXT_TABLES_ADDRESS_SPACE`), with what each CPU
-    and OpenBLAS thread past the first adds. To run before torch, numpy or numba loads:
-    under a limit, OpenBLAS runs on one thread unless ``OPENBLAS_NUM_THREADS`` says
-    otherwise (sharnn computes nothing with it; its threads' buffers are virtual memory
-    that grows with the CPUs). Nothing is done without a limit.
-
-    Raises:
-        ConfigError: ``doing`` (``sharnn compress``) and both sizes.
-    """
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY:
-        return
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    try:
-        blas = max(1, int(os.environ["OPENBLAS_NUM_THREADS"]))
-    except ValueError:  # OpenBLAS reads such a value as unset: a thread per CPU
-        blas = os.cpu_count() or 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    need += ADDRESS_SPACE_PER_CPU * (cpus - 1) + ADDRESS_SPACE_PER_OPENBLAS_THREAD * (min(blas, cpus) - 1)
-    if soft < need:
-        raise ConfigError(
-            f"{doing} needs an address space of at least {need / 2**30:.2f} GiB, more than this process's "
-            f"address-space limit ({soft / 2**30:.2f} GiB): raise it (ulimit -v {-(-need // 1024)}, or unlimited)"
-        )
